@@ -104,7 +104,7 @@ class VllmClient:
             chunks = []
             size = 0
             try:
-                for chunk in resp.raw.stream(CHUNK, decode_content=True):
+                for chunk in _chunks(resp.raw):
                     size += len(chunk)
                     if size > self.max_bytes:
                         raise FetchError("too_large", f"{self.safe_url}: page over the {self.max_bytes}-byte cap")
@@ -140,6 +140,20 @@ class VllmClient:
 
     def close(self) -> None:
         self.session.close()
+
+
+def _chunks(raw):
+    """The body as it arrives: ``read1`` returns what one socket read brings, so the deadline
+    is checked between small reads even when a server dribbles bytes."""
+    read1 = getattr(raw, "read1", None)
+    if read1 is None:  # older urllib3
+        yield from raw.stream(CHUNK, decode_content=True)
+        return
+    while True:
+        chunk = read1(CHUNK, decode_content=True)
+        if not chunk:
+            return
+        yield chunk
 
 
 def _short(exc: BaseException) -> str:

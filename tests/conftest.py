@@ -1,0 +1,45 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+FIXTURES = ROOT / "tests" / "fixtures"
+VLLM_PAGES = FIXTURES / "vllm"
+
+
+def page(name: str) -> str:
+    return (VLLM_PAGES / name).read_text()
+
+
+@pytest.fixture
+def idle():
+    return page("idle.txt")
+
+
+@pytest.fixture
+def after_load():
+    return page("after_load.txt")
+
+
+@pytest.fixture
+def after_pressure():
+    return page("after_pressure.txt")
+
+
+class FakeClock:
+    def __init__(self, t: float = 1_800_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, s: float) -> None:
+        self.t += s
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()

@@ -1,0 +1,53 @@
+"""Small helpers shared by the tests."""
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from exporter import config
+from exporter.derive import Point
+from exporter.exposition import parse
+from exporter.sidecar import Published, Sidecar
+from exporter.vllm_inputs import Snapshot, normalize
+
+
+def cfg(**kw):
+    return config.build({k: v for k, v in kw.items()}, {})
+
+
+def snap(text: str, t: float) -> Snapshot:
+    return normalize(parse(text), t)
+
+
+def value(points: Sequence[Point], name: str, **labels) -> Optional[float]:
+    found = [p.value for p in points if p.name == name and all(p.labels.get(k) == v for k, v in labels.items())]
+    assert len(found) <= 1, f"{name}{labels} matched {len(found)} points"
+    return found[0] if found else None
+
+
+def names(points: Sequence[Point]) -> set:
+    return {p.name for p in points}
+
+
+def sample_value(text: str, name: str, **labels) -> float:
+    vals = [s.value for s in parse(text).samples
+            if s.name == name and all(dict(s.labels).get(k) == v for k, v in labels.items())]
+    assert vals, f"{name}{labels} not on the page"
+    return sum(vals)
+
+
+class PageSequence:
+    """A fetch function serving pages a test sets, with a controllable clock."""
+
+    def __init__(self, clock, text: str = ""):
+        self.clock = clock
+        self.text = text
+        self.error = None
+
+    def __call__(self) -> str:
+        if self.error is not None:
+            raise self.error
+        return self.text
+
+
+def sidecar_with(clock, cfg_obj, text: str = "", gpu=None) -> Tuple[Sidecar, PageSequence]:
+    seq = PageSequence(clock, text)
+    return Sidecar(cfg_obj, seq, gpu, clock=clock), seq

@@ -1,0 +1,153 @@
+"""The command line, configuration precedence, probes, logs and clean shutdown."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from exporter import config
+from exporter.config import ConfigError
+from exporter.pageserver import PageServer
+from conftest import ROOT, page
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def run_cli(*args, env=None, timeout=20):
+    e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True, text=True,
+                          timeout=timeout, env=e, cwd=ROOT)
+
+
+def test_precedence_flags_over_env_over_file(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("poll_interval: 5\nwindow: 120\nlong_prompt_tokens: 8000\nstall_seconds: 45\n")
+    env = {"VLLM_SIDECAR_WINDOW": "90", "VLLM_SIDECAR_STALL_SECONDS": "50"}
+    c = config.build({"config": str(f), "stall_seconds": "60"}, env)
+    assert c.poll_interval == 5.0  # file
+    assert c.window == 90.0  # env over file
+    assert c.stall_seconds == 60.0  # flag over env
+    assert c.long_prompt_tokens == 8000.0
+    assert c.vllm_timeout == pytest.approx(4.0)  # default: 80% of the poll interval
+    c2 = config.build({}, {"VLLM_SIDECAR_CONFIG": str(f)})
+    assert c2.window == 120.0
+
+
+@pytest.mark.parametrize("flags,env,needle", [
+    ({"poll_interval": "fast"}, {}, "poll_interval"),
+    ({"kv_warn_threshold": "1.5"}, {}, "kv_warn_threshold"),
+    ({}, {"VLLM_SIDECAR_GPU": "cuda"}, "gpu"),
+    ({"poll_interval": "5", "vllm_timeout": "6"}, {}, "vllm_timeout"),
+    ({"vllm_url": "ftp://x"}, {}, "vllm_url"),
+    ({"listen": "nonsense"}, {}, "listen"),
+    ({"window": "1", "poll_interval": "2"}, {}, "window"),
+    ({"kv_warn_threshold": "0.97", "kv_critical_threshold": "0.95"}, {}, "kv_critical_threshold"),
+])
+def test_bad_values_name_the_key(flags, env, needle):
+    with pytest.raises(ConfigError) as e:
+        config.build(flags, env)
+    assert str(e.value).startswith(needle)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_file(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("bogus_key: 1\n")
+    with pytest.raises(ConfigError, match="bogus_key: unknown key"):
+        config.build({"config": str(f)}, {})
+    f.write_text("window: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        config.build({"config": str(f)}, {})
+    with pytest.raises(ConfigError, match="cannot read"):
+        config.build({"config": str(tmp_path / "absent.yaml")}, {})
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--poll-interval", "x"], "poll_interval"),
+    (["--gpu", "tpu"], "gpu"),
+    (["--no-such-flag"], "unrecognized arguments"),
+    (["--config", "/nonexistent.yaml"], "config"),
+])
+def test_cli_bad_input_exits_2_with_one_line(args, needle):
+    r = run_cli(*args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_url_gets_metrics_path():
+    assert config.metrics_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000/metrics"
+    assert config.metrics_url("http://h:8000/custom/metrics") == "http://h:8000/custom/metrics"
+    assert config.redact_url("http://user:pw@h:8000/metrics") == "http://<redacted>@h:8000/metrics"
+
+
+def _get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except OSError:
+        return None, ""
+
+
+def _wait(fn, timeout=15):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if fn():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_probes_logs_and_sigterm():
+    vllm = PageServer(lambda: page("after_load.txt")).start()
+    port = free_port()
+    e = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "--vllm-url", f"http://user:hunter2@127.0.0.1:{vllm.port}",
+         "--listen", f"127.0.0.1:{port}", "--poll-interval", "0.1", "--window", "1", "--gpu", "none",
+         "--log-format", "json", "--vllm-bearer-token", "SECRET-TOKEN-123"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e, cwd=ROOT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert _wait(lambda: _get(base + "/readyz")[0] == 200)
+        assert _wait(lambda: 'vllm_sidecar_target_up{target="vllm"} 1.0' in _get(base + "/metrics")[1])
+        vllm.stop()  # vLLM dies: the probes stay green, target_up says it
+        assert _wait(lambda: 'vllm_sidecar_target_up{target="vllm"} 0.0' in _get(base + "/metrics")[1])
+        time.sleep(0.6)  # several failed polls
+        assert _get(base + "/healthz")[0] == 200
+        assert _get(base + "/readyz")[0] == 200
+        vllm.start()
+        assert _wait(lambda: 'vllm_sidecar_target_up{target="vllm"} 1.0' in _get(base + "/metrics")[1])
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=5)
+        stopped_in = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        vllm.stop()
+    err = proc.stderr.read()
+    assert rc == 0
+    assert stopped_in < 1.5, f"SIGTERM took {stopped_in:.2f}s"  # the requirement is 1 s; slack for a loaded CI
+    records = [json.loads(line) for line in err.splitlines() if line.strip()]
+    assert all({"ts", "level", "msg"} <= set(r) for r in records)
+    down = [r for r in records if "unreachable" in r["msg"]]
+    up = [r for r in records if r["msg"] == "vllm reachable"]
+    assert len(down) == 1, "one line per change of state, not per poll"
+    assert len(up) == 2
+    assert down[0]["reason"] == "refused"
+    assert "SECRET-TOKEN-123" not in err and "hunter2" not in err

@@ -1,0 +1,260 @@
+"""Derivations over sequences of real vLLM pages with chosen timestamps, checked by hand."""
+
+import math
+
+import pytest
+
+from exporter import pagetransform as pt
+from exporter.derive import Baseline, busy_low_points, derive, engine_stalled, kv_pressure_level, percentile, seconds_to_full
+from exporter.vllm_inputs import normalize
+from exporter.windows import count_at_or_below, counter_increases, histogram_quantile
+from helpers import cfg, names, sample_value, snap, value
+
+M = "tiny-llama"
+T0 = 1_800_000_000.0
+
+
+def run(pages_at, **kw):
+    c = cfg(**{"window": 3600, "poll_interval": 1, **kw})
+    snaps = [snap(text, t) for t, text in pages_at]
+    now = snaps[-1].t
+    return derive(snaps, snaps, now, c)
+
+
+def test_rates_between_two_real_pages(idle, after_load):
+    pts = run([(T0, idle), (T0 + 60, after_load)])
+    gen = sample_value(after_load, "vllm:generation_tokens_total") - sample_value(idle, "vllm:generation_tokens_total")
+    prompt = sample_value(after_load, "vllm:prompt_tokens_total") - sample_value(idle, "vllm:prompt_tokens_total")
+    assert gen > 0 and prompt > 0
+    assert value(pts, "generation_tokens_per_second", model_name=M) == pytest.approx(gen / 60)
+    assert value(pts, "prompt_tokens_per_second", model_name=M) == pytest.approx(prompt / 60)
+    length = sample_value(after_load, "vllm:request_success_total", finished_reason="length")
+    stop = sample_value(after_load, "vllm:request_success_total", finished_reason="stop")
+    assert value(pts, "requests_finished_per_second", model_name=M, finished_reason="length") == pytest.approx(length / 60)
+    assert value(pts, "requests_finished_per_second", model_name=M, finished_reason="stop") == pytest.approx(stop / 60)
+    assert value(pts, "request_error_ratio", model_name=M) == 0.0
+
+
+def test_counter_reset_on_restart_counts_the_new_value(after_load, after_pressure):
+    # after_pressure comes from a new vLLM process: its counters restarted from zero
+    pts = run([(T0, after_load), (T0 + 30, after_pressure)])
+    new = sample_value(after_pressure, "vllm:generation_tokens_total")
+    old = sample_value(after_load, "vllm:generation_tokens_total")
+    assert new != old
+    assert value(pts, "generation_tokens_per_second", model_name=M) == pytest.approx(new / 30)
+    assert all(p.value >= 0 for p in pts if p.name.endswith("_per_second"))
+
+
+def test_restart_detected_even_when_the_counter_climbed_past_the_old_value(after_load):
+    # same process start time -> plain difference; new start time -> the whole value is new
+    later = pt.scale_counters(after_load, 3.0)
+    restarted = pt.set_process_start(later, sample_value(after_load, "process_start_time_seconds") + 500)
+    g1 = sample_value(after_load, "vllm:generation_tokens_total")
+    g3 = sample_value(later, "vllm:generation_tokens_total")
+    same_proc = run([(T0, after_load), (T0 + 10, later)])
+    new_proc = run([(T0, after_load), (T0 + 10, restarted)])
+    assert value(same_proc, "generation_tokens_per_second", model_name=M) == pytest.approx((g3 - g1) / 10)
+    assert value(new_proc, "generation_tokens_per_second", model_name=M) == pytest.approx(g3 / 10)
+
+
+def test_counter_decrease_without_start_time_is_a_reset(after_load):
+    strip = lambda t: pt.map_samples(t, lambda n, l, v: [] if n == "process_start_time_seconds" else None)
+    a = strip(pt.scale_counters(after_load, 2.0))
+    b = strip(after_load)
+    pts = run([(T0, a), (T0 + 20, b)])
+    assert value(pts, "generation_tokens_per_second", model_name=M) == pytest.approx(
+        sample_value(after_load, "vllm:generation_tokens_total") / 20)
+
+
+def _bucket_deltas(a, b, name):
+    sa = snap(a, 0).hists[(name, M, "0")]
+    sb = snap(b, 1).hists[(name, M, "0")]
+    return [(le, c - dict(sa.buckets)[le]) for le, c in sb.buckets]
+
+
+def test_ttft_quantiles_follow_histogram_quantile_arithmetic(idle, after_load):
+    pts = run([(T0, idle), (T0 + 60, after_load)])
+    deltas = _bucket_deltas(idle, after_load, "ttft")
+    total = deltas[-1][1]
+    for q in (0.5, 0.95, 0.99):
+        # by hand: find the bucket holding rank q*total, interpolate linearly from its lower bound
+        rank = q * total
+        prev_le, prev_c = 0.0, 0.0
+        for le, c in deltas:
+            if c >= rank:
+                expected = prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c)
+                break
+            prev_le, prev_c = le, c
+        assert value(pts, "ttft_seconds", model_name=M, quantile=repr(q)) == pytest.approx(expected)
+    mean = (sample_value(after_load, "vllm:time_to_first_token_seconds_sum")
+            - sample_value(idle, "vllm:time_to_first_token_seconds_sum")) / total
+    assert value(pts, "ttft_mean_seconds", model_name=M) == pytest.approx(mean)
+
+
+def test_histogram_quantile_edge_rules():
+    inf = math.inf
+    assert histogram_quantile(0.5, [(0.1, 2), (0.5, 6), (inf, 8)]) == pytest.approx(0.3)
+    # rank in the +Inf bucket: the highest finite bound
+    assert histogram_quantile(0.99, [(0.1, 2), (0.5, 6), (inf, 8)]) == 0.5
+    # first bucket interpolates from 0
+    assert histogram_quantile(0.25, [(0.1, 4), (inf, 4)]) == pytest.approx(0.025)
+    assert math.isnan(histogram_quantile(0.5, [(0.1, 0), (inf, 0)]))
+    assert math.isnan(histogram_quantile(0.5, [(0.1, 1), (0.2, 2)]))  # no +Inf bucket
+    # non-monotonic input is fixed up as Prometheus does
+    assert histogram_quantile(0.5, [(1.0, 4), (2.0, 3), (inf, 8)]) == pytest.approx(histogram_quantile(0.5, [(1.0, 4), (2.0, 4), (inf, 8)]))
+
+
+def test_count_at_or_below_interpolates_like_histogram_fraction():
+    b = [(2000.0, 10.0), (5000.0, 16.0), (math.inf, 20.0)]
+    assert count_at_or_below(4000, b) == pytest.approx(10 + 6 * (2000 / 3000))
+    assert count_at_or_below(5000, b) == 16.0
+    assert count_at_or_below(9000, b) == 16.0  # beyond the last finite bound
+    assert count_at_or_below(1000, b) == pytest.approx(5.0)
+
+
+def test_long_prompts_from_the_prompt_histogram(idle, after_load):
+    pts = run([(T0, idle), (T0 + 60, after_load)], long_prompt_tokens=5000)
+    # 5000 is a bucket bound: long = count - bucket(le=5000)
+    d = dict(_bucket_deltas(idle, after_load, "prompt_length"))
+    long_n = d[math.inf] - d[5000.0]
+    assert long_n > 0  # the load had 6,000-word prompts
+    assert value(pts, "long_prompt_requests_per_second", model_name=M) == pytest.approx(long_n / 60)
+    assert value(pts, "long_prompt_request_ratio", model_name=M) == pytest.approx(long_n / d[math.inf])
+
+
+def test_slo_attainment_shares(idle, after_load):
+    pts = run([(T0, idle), (T0 + 60, after_load)], slo_ttft_p95_seconds=2.5)
+    d = dict(_bucket_deltas(idle, after_load, "ttft"))
+    assert value(pts, "ttft_slo_attainment_ratio", model_name=M) == pytest.approx(d[2.5] / d[math.inf])
+    tp = dict(_bucket_deltas(idle, after_load, "tpot_request"))
+    share = value(pts, "itl_slo_attainment_ratio", model_name=M)
+    expect = count_at_or_below(1 / 30, sorted(tp.items())) / tp[math.inf]
+    assert share == pytest.approx(expect)
+
+
+def test_legacy_page_gives_the_same_signals(idle, after_load):
+    modern = run([(T0, idle), (T0 + 60, after_load)])
+    legacy = run([(T0, pt.legacy_names(idle)), (T0 + 60, pt.legacy_names(after_load))])
+    s = snap(pt.legacy_names(after_load), 0)
+    assert s.resolved["kv_usage"] == "vllm:gpu_cache_usage_perc"
+    assert s.resolved["itl"] == "vllm:time_per_output_token_seconds"
+    assert s.resolved["prefix_cache_hits"] == "vllm:gpu_prefix_cache_hits_total"
+    assert s.missing_required() == []
+    for name in ("generation_tokens_per_second", "kv_cache_usage_ratio", "prefix_cache_hit_ratio"):
+        assert value(legacy, name, model_name=M) == pytest.approx(value(modern, name, model_name=M))
+    for q in ("0.5", "0.95"):
+        assert value(legacy, "inter_token_latency_seconds", model_name=M, quantile=q) == pytest.approx(
+            value(modern, "inter_token_latency_seconds", model_name=M, quantile=q))
+    assert "kv_cache_pressure_level" in names(legacy)
+
+
+def test_missing_input_leaves_signals_out_never_zero(idle, after_load):
+    drop = lambda t: pt.map_samples(t, lambda n, l, v: [] if n.startswith("vllm:kv_cache_usage_perc") else None)
+    pts = run([(T0, drop(idle)), (T0 + 60, drop(after_load))])
+    s = snap(drop(after_load), 0)
+    assert s.missing_required() == ["vllm:kv_cache_usage_perc"]
+    assert "kv_cache_usage_ratio" not in names(pts)
+    assert "kv_cache_pressure_level" not in names(pts)
+    assert "generation_tokens_per_second" in names(pts)
+
+
+def test_two_engines_are_combined(idle, after_load):
+    scales = [1.0, 0.5]
+    pts = run([(T0, pt.with_engines(idle, scales)), (T0 + 60, pt.with_engines(after_load, scales))])
+    one = run([(T0, idle), (T0 + 60, after_load)])
+    s = snap(pt.with_engines(after_load, scales), 0)
+    assert {e for (k, _m, e, _x) in s.values if k == "generation_tokens"} == {"0", "1"}
+    g0 = sample_value(after_load, "vllm:generation_tokens_total") - sample_value(idle, "vllm:generation_tokens_total")
+    g1 = (round(sample_value(after_load, "vllm:generation_tokens_total") * 0.5)
+          - round(sample_value(idle, "vllm:generation_tokens_total") * 0.5))
+    assert value(pts, "generation_tokens_per_second", model_name=M) == pytest.approx((g0 + g1) / 60)
+    # summed histograms: the TTFT count is the sum of both engines' counts
+    assert value(pts, "ttft_seconds", model_name=M, quantile="0.5") is not None
+    # KV usage: the highest engine
+    kv = pt.with_engines(pt.set_values(after_load, {"vllm:kv_cache_usage_perc": 0.8}), [1.0, 1.2])
+    pts2 = run([(T0, pt.with_engines(idle, [1.0, 1.2])), (T0 + 60, kv)])
+    assert value(pts2, "kv_cache_usage_ratio", model_name=M) == pytest.approx(0.96)
+    assert value(one, "generation_tokens_per_second", model_name=M) == pytest.approx(g0 / 60)
+
+
+def test_two_models_get_their_own_series(idle, after_load):
+    a0, a1 = idle, after_load
+    b0, b1 = pt.rename_model(idle, "big-70b"), pt.rename_model(pt.scale_counters(after_load, 2.0), "big-70b")
+    pts = run([(T0, pt.merge_models(a0, b0)), (T0 + 60, pt.merge_models(a1, b1))])
+    ga = value(pts, "generation_tokens_per_second", model_name=M)
+    gb = value(pts, "generation_tokens_per_second", model_name="big-70b")
+    g = sample_value(after_load, "vllm:generation_tokens_total") - sample_value(idle, "vllm:generation_tokens_total")
+    assert ga == pytest.approx(g / 60)
+    assert gb == pytest.approx((round(2 * sample_value(after_load, "vllm:generation_tokens_total"))
+                                - sample_value(idle, "vllm:generation_tokens_total")) / 60)
+
+
+def test_kv_pressure_levels(after_load):
+    base = after_load
+    def level(**vals):
+        text = pt.set_values(base, {k: v for k, v in vals.items() if k != "capacity"})
+        if "capacity" in vals:
+            text = pt.set_values(text, {"vllm:num_requests_waiting_by_reason": vals["capacity"]}, 'reason="capacity"')
+        pts = run([(T0, base), (T0 + 30, text)])
+        return value(pts, "kv_cache_pressure_level", model_name=M)
+    assert level(**{"vllm:kv_cache_usage_perc": 0.5}) == 0
+    assert level(**{"vllm:kv_cache_usage_perc": 0.93}) == 1
+    assert level(**{"vllm:kv_cache_usage_perc": 0.97, "capacity": 3}) == 2
+    assert level(**{"vllm:kv_cache_usage_perc": 0.97, "vllm:num_preemptions_total": 5}) == 3
+    # rejections alone make it saturated
+    rej = pt.set_values(base, {"vllm:admission_rejections_total": 4}, 'reason="max_num_queued_reqs"')
+    assert value(run([(T0, base), (T0 + 30, rej)]), "kv_cache_pressure_level", model_name=M) == 2
+    assert kv_pressure_level(None, 0, 0, 0, 0.9) is None
+
+
+def test_seconds_to_full():
+    assert seconds_to_full([(0, 0.5), (10, 0.6), (20, 0.7)]) == pytest.approx(30.0)
+    assert seconds_to_full([(0, 0.7), (10, 0.6)]) is None
+    assert seconds_to_full([(0, 0.9), (10, 1.0)]) == 0.0
+
+
+def test_stall_needs_running_requests_and_no_tokens(after_load):
+    running = pt.set_values(after_load, {"vllm:num_requests_running": 4})
+    c = cfg(window=60, poll_interval=1, stall_seconds=30)
+    snaps = [snap(running, T0 + i * 10) for i in range(5)]  # 40 s, counter flat
+    assert engine_stalled(snaps, T0 + 40, 30, M) is True
+    assert engine_stalled(snaps[:3], T0 + 20, 30, M) is None  # history shorter than the stall time
+    moving = [snap(pt.scale_counters(running, 1 + i * 0.01), T0 + i * 10) for i in range(5)]
+    assert engine_stalled(moving, T0 + 40, 30, M) is False
+    idle_flat = [snap(after_load, T0 + i * 10) for i in range(5)]  # no request running
+    assert engine_stalled(idle_flat, T0 + 40, 30, M) is False
+    pts = derive(snaps, snaps, T0 + 40, c)
+    assert value(pts, "engine_stalled", model_name=M) == 1.0
+
+
+def test_gpu_busy_low_throughput_floor_then_learned_baseline():
+    c = cfg(busy_utilization=0.9, low_throughput_fraction=0.3, throughput_floor=10, baseline_min_seconds=100)
+    # no baseline yet: the floor decides
+    assert value(busy_low_points(M, 5.0, 0.97, None, c), "gpu_busy_low_throughput", model_name=M) == 1.0
+    assert value(busy_low_points(M, 50.0, 0.97, None, c), "gpu_busy_low_throughput", model_name=M) == 0.0
+    assert value(busy_low_points(M, 5.0, 0.5, None, c), "gpu_busy_low_throughput", model_name=M) == 0.0
+    b = Baseline(horizon=3600, spacing=10)
+    for i in range(20):  # 200 busy seconds at 900..1090 tokens/s
+        b.record(M, T0 + i * 10, 900 + i * 10)
+    pts = busy_low_points(M, 200.0, 0.97, b, c)
+    learned = percentile([900 + i * 10 for i in range(20)], 0.9)
+    assert value(pts, "throughput_baseline_tokens_per_second", model_name=M) == pytest.approx(learned)
+    assert value(pts, "throughput_low_threshold_tokens_per_second", model_name=M) == pytest.approx(0.3 * learned)
+    assert value(pts, "gpu_busy_low_throughput", model_name=M) == 1.0  # 200 < 0.3 * ~1070
+    assert value(busy_low_points(M, 600.0, 0.97, b, c), "gpu_busy_low_throughput", model_name=M) == 0.0
+    assert busy_low_points(M, 5.0, None, b, c) == []  # no GPU reading: left out
+
+
+def test_baseline_forgets_beyond_its_horizon():
+    b = Baseline(horizon=100, spacing=10)
+    b.record(M, 0, 1000)
+    b.record(M, 5, 1)  # closer than the spacing: ignored
+    for t in range(10, 300, 10):
+        b.record(M, t, 100)
+    assert b.value(M, 0.9) == 100
+    assert b.busy_seconds(M) <= 110
+
+
+def test_fewer_than_two_snapshots_derive_nothing(after_load):
+    s = snap(after_load, T0)
+    assert derive([s], [s], T0, cfg()) == []
