@@ -133,84 +133,108 @@ def _parse_value(text: str) -> float:
     return v
 
 
+# The whole-page fast path: every sample line in the plain shape vLLM writes (no escapes, no
+# spaces inside the braces). One C-level pass finds them all; if any non-comment line does not
+# have that shape, the page is read line by line instead, so nothing is lost or misread.
+_FAST_LINE_RE = re.compile(
+    r'\n([a-zA-Z_:][\w:]*)'
+    r'(?:\{((?:[a-zA-Z_]\w*="[^"\\\n]*",?)*)\})?'
+    r'[ \t]+([^ \t\n]+)(?:[ \t]+-?\d+)?[ \t\r]*(?=\n)',
+    re.A,
+)
+_FAST_PAIR_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
+_TYPE_RE = re.compile(r"\n# TYPE[ \t]+(\S+)[ \t]+(\S+)")
+_new_sample = tuple.__new__
+
+
 class Parser:
     """A parser that remembers the series it has seen.
 
     Consecutive pages from one vLLM carry the same series in the same order; only values
-    change. The parser keeps the parsed ``(name, labels)`` of each series text it has seen
-    (bounded, per instance, so nothing is shared between sidecars or tests), which turns the
-    label work of every poll after the first into a dictionary look-up.
+    change. The parser keeps the parsed labels of each series text it has seen (bounded, per
+    instance, so nothing is shared between sidecars or tests), which turns the label work of
+    every poll after the first into a dictionary look-up.
     """
 
     def __init__(self, max_cached_series: int = 50_000) -> None:
-        self._series: Dict[str, Tuple[str, Labels]] = {}
+        self._labels: Dict[str, Labels] = {}
         self._max = max_cached_series
-
-    def _series_of(self, key: str) -> Tuple[str, Labels]:
-        brace = key.find("{")
-        if brace >= 0:
-            name = key[:brace].rstrip()
-            labels = _parse_labels(key[brace + 1 : -1])
-        else:
-            name, labels = key, ()
-        if _NAME_RE.match(name) is None:
-            raise ParseError(f"bad metric name {name[:40]!r}")
-        if len(self._series) >= self._max:
-            self._series.clear()
-        self._series[key] = (name, labels)
-        return name, labels
 
     def parse(self, text: str) -> Page:
         """Parse one exposition page. Never raises on bad lines: they are counted."""
+        page = self._parse_fast(text)
+        return page if page is not None else self._parse_lines(text)
+
+    def _parse_fast(self, text: str) -> Optional[Page]:
+        rows = _FAST_LINE_RE.findall("\n" + text + "\n")
+        # Sample lines expected: all lines less comments and blank lines. Any miscount here can
+        # only make the expectation too high (a blank run, an indented comment), which sends the
+        # page down the careful path; it can never hide a bad line.
+        lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        comments = text.count("\n#") + (1 if text.startswith("#") else 0)
+        blanks = text.count("\n\n") + (1 if text.startswith("\n") else 0)
+        if len(rows) != lines - comments - blanks:
+            return None
+        cache = self._labels
+        if len(cache) >= self._max:
+            cache.clear()
+        findall = _FAST_PAIR_RE.findall
+        samples = []
+        append = samples.append
+        try:
+            for name, ltext, value in rows:
+                if ltext:
+                    labels = cache.get(ltext)
+                    if labels is None:
+                        labels = cache[ltext] = tuple(findall(ltext))
+                else:
+                    labels = ()
+                append(_new_sample(Sample, (name, labels, float(value))))
+        except ValueError:
+            return None
+        page = Page(samples=samples)
+        page.types = dict(_TYPE_RE.findall("\n" + text))
+        return page
+
+    def _parse_lines(self, text: str) -> Page:
+        """Line by line: for pages with escapes, odd spacing or bad lines."""
         page = Page()
         append = page.samples.append
         types = page.types
-        cache = self._series
-        for line in text.split("\n"):
+        for raw in text.split("\n"):
+            line = raw.strip()
             if not line:
                 continue
-            c0 = line[0]
-            if c0 == "#":
+            if line[0] == "#":
                 if line.startswith("# TYPE "):
                     bits = line.split(None, 3)
                     if len(bits) == 4:
                         types[bits[2]] = bits[3].strip()
                 continue
-            if c0 == " " or c0 == "\t":
-                line = line.strip()
-                if not line or line[0] == "#":
-                    continue
-            close = line.rfind("}")
-            if close >= 0:
-                key = line[: close + 1]
-                rest = line[close + 1 :]
-            else:
-                sp = line.find(" ")
-                if sp < 0:
-                    sp = line.find("\t")
-                if sp < 0:
-                    page.malformed += 1
-                    if page.first_error is None:
-                        page.first_error = f"no value: {line[:80]!r}"
-                    continue
-                key = line[:sp]
-                rest = line[sp + 1 :]
             try:
-                series = cache.get(key)
-                if series is None:
-                    if close >= 0 and key.find("{") < 0:
+                close = line.rfind("}")
+                if close >= 0:
+                    brace = line.find("{")
+                    if brace < 0 or brace > close:
                         raise ParseError("'}' without '{'")
-                    series = self._series_of(key)
-                try:
-                    value = float(rest)
-                except ValueError:
-                    value = _parse_value(rest)
+                    name = line[:brace].rstrip()
+                    labels = _parse_labels(line[brace + 1 : close])
+                    rest = line[close + 1 :]
+                else:
+                    parts = line.split(None, 1)
+                    if len(parts) < 2:
+                        raise ParseError("no value")
+                    name, rest = parts
+                    labels = ()
+                if _NAME_RE.match(name) is None:
+                    raise ParseError(f"bad metric name {name[:40]!r}")
+                value = _parse_value(rest)
             except (ParseError, ValueError) as exc:
                 page.malformed += 1
                 if page.first_error is None:
                     page.first_error = f"{exc}: {line[:80]!r}"
                 continue
-            append(Sample(series[0], series[1], value))
+            append(Sample(name, labels, value))
         return page
 
 

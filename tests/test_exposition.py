@@ -100,3 +100,21 @@ def test_garbage_yields_nothing():
 @pytest.mark.parametrize("v,s", [(120.0, "120.0"), (2097152.0, "2097152.0"), (math.inf, "+Inf"), (0.001, "0.001")])
 def test_format_float_like_python_client(v, s):
     assert format_float(v) == s
+
+
+@pytest.mark.parametrize("name", REAL_PAGES)
+def test_fast_path_and_line_path_agree(name):
+    text = (VLLM_PAGES / name).read_text()
+    p = Parser()
+    fast = p._parse_fast(text)
+    assert fast is not None, "real vLLM pages take the fast path"
+    slow = p._parse_lines(text)
+    assert fast.samples == slow.samples
+    assert fast.types == slow.types
+
+
+def test_one_bad_line_sends_the_page_down_the_careful_path(after_load):
+    p = Parser()
+    assert p._parse_fast(after_load + "broken{\n") is None
+    page = p.parse(after_load + "broken{\n")
+    assert page.malformed == 1 and len(page.samples) == EXPECTED_COUNTS["after_load.txt"]
