@@ -1,0 +1,158 @@
+"""Building `promtool test rules` input series shaped exactly like real vLLM output.
+
+Names carry ``_total``; histogram ``le`` bounds are the strings vLLM writes (``"2.5"``,
+``"5000.0"``), taken from the real pages in tests/fixtures; every vLLM series has ``engine`` and
+``model_name``; target labels (``namespace``, ``pod``, ``job``, ``instance``) are what a
+PodMonitor adds.
+"""
+
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+import yaml
+
+from exporter.exposition import parse
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "rules" / "vllm.rules.yml"
+PAGE = (ROOT / "tests" / "fixtures" / "vllm" / "after_pressure.txt").read_text()
+
+
+# older names whose buckets were the same as today's histogram
+LEGACY_BOUNDS = {"vllm:time_per_output_token_seconds": "vllm:inter_token_latency_seconds"}
+
+
+def real_bounds(metric: str) -> List[str]:
+    """The ``le`` strings of a vLLM histogram as the real page writes them."""
+    metric = LEGACY_BOUNDS.get(metric, metric)
+    out = []
+    for s in parse(PAGE).samples:
+        if s.name == metric + "_bucket":
+            le = dict(s.labels)["le"]
+            if le not in out:
+                out.append(le)
+    assert out, metric
+    return out
+
+
+def vllm_labels(pod: str = "vllm-0", model: str = "llama-70b", namespace: str = "llm", engine: Optional[str] = "0",
+                **extra) -> Dict[str, str]:
+    lab = {"namespace": namespace, "pod": pod, "job": "llm/vllm", "instance": f"{pod}:8000", "model_name": model}
+    if engine is not None:
+        lab["engine"] = engine
+    lab.update(extra)
+    return lab
+
+
+def sidecar_labels(pod: str = "vllm-0", namespace: str = "llm", **extra) -> Dict[str, str]:
+    lab = {"namespace": namespace, "pod": pod, "job": "llm/vllm-sidecar", "instance": f"{pod}:9181"}
+    lab.update(extra)
+    return lab
+
+
+def fmt_series(name: str, labels: Dict[str, str]) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return f"{name}{{{inner}}}"
+
+
+def values(seq: Sequence[Optional[float]]) -> str:
+    out = []
+    for v in seq:
+        if v is None:
+            out.append("_")
+        elif isinstance(v, float) and math.isinf(v):
+            out.append("Inf")
+        else:
+            out.append(repr(float(v)) if not float(v).is_integer() else str(int(v)))
+    return " ".join(out)
+
+
+def counter(per_minute: Callable[[int], float], minutes: int, start: float = 0.0) -> List[float]:
+    """Cumulative values at minutes 0..minutes for increments ``per_minute(m)`` (m = 1..)."""
+    out, v = [start], start
+    for m in range(1, minutes + 1):
+        v += per_minute(m)
+        out.append(v)
+    return out
+
+
+def gauge(fn: Callable[[int], Optional[float]], minutes: int) -> List[Optional[float]]:
+    return [fn(m) for m in range(minutes + 1)]
+
+
+def histogram(metric: str, labels: Dict[str, str], minutes: int,
+              observations: Callable[[int], Sequence[float]]) -> List[Dict[str, str]]:
+    """Cumulative bucket, _sum and _count series for observations made in each minute."""
+    bounds = real_bounds(metric)
+    nums = [math.inf if b == "+Inf" else float(b) for b in bounds]
+    buckets = [[0.0] for _ in bounds]
+    total_sum, total_count = [0.0], [0.0]
+    for m in range(1, minutes + 1):
+        obs = observations(m)
+        for i, ub in enumerate(nums):
+            buckets[i].append(buckets[i][-1] + sum(1 for o in obs if o <= ub))
+        total_sum.append(total_sum[-1] + sum(obs))
+        total_count.append(total_count[-1] + len(obs))
+    out = [{"series": fmt_series(metric + "_bucket", {**labels, "le": b}), "values": values(buckets[i])}
+           for i, b in enumerate(bounds)]
+    out.append({"series": fmt_series(metric + "_sum", labels), "values": values([round(x, 6) for x in total_sum])})
+    out.append({"series": fmt_series(metric + "_count", labels), "values": values(total_count)})
+    return out
+
+
+def series(name: str, labels: Dict[str, str], vals: Sequence[Optional[float]]) -> Dict[str, str]:
+    return {"series": fmt_series(name, labels), "values": values(vals)}
+
+
+# -- alert expectations -----------------------------------------------------------------------
+
+def rules_by_alert(rules_path: Path = RULES) -> Dict[str, List[dict]]:
+    data = yaml.safe_load(rules_path.read_text())
+    out: Dict[str, List[dict]] = {}
+    for g in data["groups"]:
+        for r in g["rules"]:
+            if "alert" in r:
+                out.setdefault(r["alert"], []).append(r)
+    return out
+
+
+_TPL = re.compile(r"\{\{\s*\$labels\.(\w+)\s*\}\}")
+_VAL = re.compile(r"\{\{\s*\$value(?:\s*\|\s*\w+)?\s*\}\}")
+
+
+def render(template: str, labels: Dict[str, str], value: str) -> str:
+    """Fill the two kinds of template the pack uses: a label, and the value (given already
+    formatted by the test, as Prometheus' humanize functions would write it)."""
+    out = _TPL.sub(lambda m: labels.get(m.group(1), ""), template)
+    return _VAL.sub(value, out)
+
+
+def expect(alert: str, labels: Dict[str, str], value: str, severity: Optional[str] = None,
+           rules: Optional[Dict[str, List[dict]]] = None) -> dict:
+    rules = rules or rules_by_alert()
+    candidates = rules[alert]
+    if severity is not None:
+        candidates = [r for r in candidates if r["labels"]["severity"] == severity]
+    assert len(candidates) == 1 or all(c["labels"] == candidates[0]["labels"] for c in candidates), alert
+    rule = candidates[0]
+    all_labels = {**labels, **rule["labels"]}
+    ann = {k: render(v, all_labels, value) for k, v in rule["annotations"].items()}
+    return {"exp_labels": all_labels, "exp_annotations": ann}
+
+
+def run_promtool(tmp: Path, tests: List[dict], rules_path: Path = RULES,
+                 evaluation_interval: str = "1m") -> subprocess.CompletedProcess:
+    doc = {"rule_files": [str(rules_path)], "evaluation_interval": evaluation_interval, "tests": tests}
+    f = tmp / "test.yml"
+    f.write_text(yaml.safe_dump(doc, sort_keys=False, width=10_000))
+    return subprocess.run([promtool(), "test", "rules", str(f)], capture_output=True, text=True, timeout=300)
+
+
+def promtool() -> str:
+    p = shutil.which("promtool")
+    assert p, "promtool not installed (make test installs it)"
+    return p

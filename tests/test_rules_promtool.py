@@ -1,0 +1,314 @@
+"""`promtool test rules` on the committed rule file: a firing case and a quiet case per alert,
+with input series shaped exactly like real vLLM and sidecar output."""
+
+import pytest
+
+from promseries import (counter, expect, gauge, histogram, rules_by_alert, run_promtool, series,
+                        sidecar_labels, vllm_labels)
+
+pytestmark = pytest.mark.prometheus
+
+V = vllm_labels()
+W = {"namespace": "llm", "pod": "vllm-0", "model_name": "llama-70b"}  # what alerts carry
+S = sidecar_labels()
+N = 40  # minutes of input
+
+
+def case(series_list, evals, interval="1m", evaluation_interval="1m"):
+    return {"interval": interval, "input_series": series_list, "alert_rule_test": evals,
+            "_evaluation_interval": evaluation_interval}
+
+
+def at(minute, alert, *alerts):
+    return {"eval_time": f"{minute}m", "alertname": alert, "exp_alerts": list(alerts)}
+
+
+def quiet(minute, alert):
+    return at(minute, alert)
+
+
+def kv_series(usage, capacity=0, deferred=0, preempt_per_min=0, rejections_per_min=0, labels=V):
+    return [
+        series("vllm:kv_cache_usage_perc", labels, gauge(lambda m: usage, N)),
+        series("vllm:num_requests_waiting", labels, gauge(lambda m: capacity + deferred, N)),
+        series("vllm:num_requests_waiting_by_reason", {**labels, "reason": "capacity"}, gauge(lambda m: capacity, N)),
+        series("vllm:num_requests_waiting_by_reason", {**labels, "reason": "deferred"}, gauge(lambda m: deferred, N)),
+        series("vllm:num_preemptions_total", labels, counter(lambda m: preempt_per_min, N)),
+        series("vllm:admission_rejections_total",
+               {k: v for k, v in labels.items() if k != "engine"} | {"reason": "max_num_queued_reqs"},
+               counter(lambda m: rejections_per_min, N)),
+    ]
+
+
+CASES = {}
+
+CASES["VLLMKVCacheExhausted"] = [
+    # full cache with requests waiting for capacity: fires once the condition held 5m
+    case(kv_series(0.97, capacity=3), [quiet(4, "VLLMKVCacheExhausted"),
+                                         at(6, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "97%"))]),
+    # full cache and preempting (no waits)
+    case(kv_series(0.98, preempt_per_min=2), [at(10, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "98%"))]),
+    # busy but healthy: full cache, nobody waiting for capacity, no preemptions or rejections
+    case(kv_series(0.97, deferred=2), [quiet(20, "VLLMKVCacheExhausted")]),
+    # requests waiting for capacity, but the cache is not full
+    case(kv_series(0.80, capacity=5), [quiet(20, "VLLMKVCacheExhausted")]),
+    # older vLLM naming: gpu_cache_usage_perc, no engine label, no waiting_by_reason
+    case([series("vllm:gpu_cache_usage_perc", vllm_labels(engine=None), gauge(lambda m: 0.99, N)),
+          series("vllm:num_requests_waiting", vllm_labels(engine=None), gauge(lambda m: 4, N)),
+          series("vllm:num_preemptions_total", vllm_labels(engine=None), counter(lambda m: 0, N))],
+         [at(10, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "99%"))]),
+]
+
+CASES["VLLMPreemptionsSustained"] = [
+    case([series("vllm:num_preemptions_total", V, counter(lambda m: 6, N))],
+         [quiet(5, "VLLMPreemptionsSustained"),
+          at(10, "VLLMPreemptionsSustained", expect("VLLMPreemptionsSustained", W, "100m"))]),
+    # one burst of preemptions is not sustained
+    case([series("vllm:num_preemptions_total", V, counter(lambda m: 20 if m == 3 else 0, N))],
+         [quiet(m, "VLLMPreemptionsSustained") for m in (4, 6, 8, 10, 15)]),
+]
+
+
+def ttft(seconds, per_min=60, labels=V, before=None):
+    """Every request at ``seconds``; with ``before``, at ``before`` seconds for the first 10 minutes."""
+    return histogram("vllm:time_to_first_token_seconds", labels, N,
+                     lambda m: [before if before is not None and m <= 10 else seconds] * per_min)
+
+
+CASES["VLLMTTFTHigh"] = [
+    # 0.3 s for 10 minutes, then every request at 4 s: p95 lands in vLLM's (2.5, 5.0] bucket,
+    # 2.5 + 2.5 * 0.95 = 4.875 s once the 5m window holds only slow requests; fires 10m later
+    case(ttft(4.0, before=0.3),
+         [quiet(20, "VLLMTTFTHigh"),
+          at(23, "VLLMTTFTHigh", expect("VLLMTTFTHigh", {**W, "quantile": "0.95"}, "4.875s"))]),
+    case(ttft(0.3), [quiet(30, "VLLMTTFTHigh")]),
+]
+CASES["VLLMTTFTMeanHigh"] = [
+    case(ttft(2.0), [at(16, "VLLMTTFTMeanHigh", expect("VLLMTTFTMeanHigh", W, "2s"))]),
+    case(ttft(1.0), [quiet(30, "VLLMTTFTMeanHigh")]),
+]
+
+
+def itl(seconds, per_min=600, name="vllm:inter_token_latency_seconds", labels=V):
+    return histogram(name, labels, N, lambda m: [seconds] * per_min)
+
+
+CASES["VLLMInterTokenLatencyHigh"] = [
+    case(itl(0.05), [at(16, "VLLMInterTokenLatencyHigh", expect("VLLMInterTokenLatencyHigh", W, "50ms"))]),
+    case(itl(0.05, name="vllm:time_per_output_token_seconds", labels=vllm_labels(engine=None)),
+         [at(16, "VLLMInterTokenLatencyHigh", expect("VLLMInterTokenLatencyHigh", W, "50ms"))]),
+    case(itl(0.02), [quiet(30, "VLLMInterTokenLatencyHigh")]),
+]
+
+CASES["VLLMGPUBusyLowThroughput"] = [
+    case([series("vllm_sidecar_gpu_busy_low_throughput", {**S, "model_name": "llama-70b"},
+                 gauge(lambda m: 1 if m >= 5 else 0, N))],
+         [quiet(7, "VLLMGPUBusyLowThroughput"),
+          at(9, "VLLMGPUBusyLowThroughput", expect("VLLMGPUBusyLowThroughput", W, "1"))]),
+    case([series("vllm_sidecar_gpu_busy_low_throughput", {**S, "model_name": "llama-70b"}, gauge(lambda m: 0, N))],
+         [quiet(30, "VLLMGPUBusyLowThroughput")]),
+]
+
+CASES["VLLMEngineStalled"] = [
+    # the sidecar's signal
+    case([series("vllm_sidecar_engine_stalled", {**S, "model_name": "llama-70b"}, gauge(lambda m: 1 if m >= 5 else 0, N)),
+          series("vllm:num_requests_running", V, gauge(lambda m: 4, N)),
+          series("vllm:generation_tokens_total", V, counter(lambda m: 600 if m < 5 else 0, N))],
+         [at(8, "VLLMEngineStalled", expect("VLLMEngineStalled", W, "1"))]),
+    # vLLM alone (no sidecar): requests running, the token counter flat
+    case([series("vllm:num_requests_running", V, gauge(lambda m: 4, N)),
+          series("vllm:generation_tokens_total", V, counter(lambda m: 600 if m < 10 else 0, N))],
+         [quiet(10, "VLLMEngineStalled"), at(16, "VLLMEngineStalled", expect("VLLMEngineStalled", W, "4"))]),
+    # idle: nothing running, nothing produced
+    case([series("vllm:num_requests_running", V, gauge(lambda m: 0, N)),
+          series("vllm:generation_tokens_total", V, counter(lambda m: 0, N))], [quiet(30, "VLLMEngineStalled")]),
+    case([series("vllm:num_requests_running", V, gauge(lambda m: 4, N)),
+          series("vllm:generation_tokens_total", V, counter(lambda m: 600, N))], [quiet(30, "VLLMEngineStalled")]),
+]
+
+
+def prompts(minutes, total_per_min, long_per_min, labels=V):
+    """vLLM's prompt-length histogram (_count and the le="5000.0" bucket the rules read)."""
+    return [
+        series("vllm:request_prompt_tokens_bucket", {**labels, "le": "5000.0"},
+               counter(lambda m: total_per_min(m) - long_per_min(m), minutes)),
+        series("vllm:request_prompt_tokens_count", labels, counter(total_per_min, minutes)),
+    ]
+
+
+DAY = 24 * 60
+CASES["VLLMLongPromptSurge"] = [
+    # a day of normal traffic (one long prompt every 10 minutes), then a client floods 8,000-token prompts
+    case(prompts(DAY + 40, lambda m: 30 if m <= DAY else 60, lambda m: (1 if m % 10 == 0 else 0) if m <= DAY else 30),
+         [quiet(DAY, "VLLMLongPromptSurge"),
+          at(DAY + 8, "VLLMLongPromptSurge", expect("VLLMLongPromptSurge", W, "500m"))]),
+    # the same steady day continues: quiet
+    case(prompts(DAY + 40, lambda m: 30, lambda m: 1 if m % 10 == 0 else 0), [quiet(DAY + 30, "VLLMLongPromptSurge")]),
+    # a replica whose normal traffic is full of long prompts (a document service) stays quiet
+    case(prompts(DAY + 40, lambda m: 30, lambda m: 12), [quiet(DAY + 30, "VLLMLongPromptSurge")]),
+]
+
+CASES["VLLMQueueBuildup"] = [
+    case([series("vllm:num_requests_waiting", V, gauge(lambda m: 2 * m, N))],
+         [at(14, "VLLMQueueBuildup", expect("VLLMQueueBuildup", W, "28"))]),
+    case([series("vllm:num_requests_waiting", V, gauge(lambda m: 15, N))], [quiet(30, "VLLMQueueBuildup")]),
+    case([series("vllm:num_requests_waiting", V, gauge(lambda m: min(m, 8), N))], [quiet(30, "VLLMQueueBuildup")]),
+]
+
+CASES["VLLMCorruptedRequests"] = [
+    case([series("vllm:corrupted_requests_total", V, counter(lambda m: 1 if m == 5 else 0, N))],
+         [quiet(4, "VLLMCorruptedRequests"), at(6, "VLLMCorruptedRequests", expect("VLLMCorruptedRequests", W, "1"))]),
+    case([series("vllm:corrupted_requests_total", V, counter(lambda m: 0, N))], [quiet(30, "VLLMCorruptedRequests")]),
+]
+
+
+def http(minutes, ok_per_min, err_per_min, client_err_per_min=lambda m: 0):
+    h = {"namespace": "llm", "pod": "vllm-0", "job": "llm/vllm", "instance": "vllm-0:8000",
+         "handler": "/v1/chat/completions", "method": "POST"}
+    return [
+        series("http_requests_total", {**h, "status": "2xx"}, counter(ok_per_min, minutes)),
+        series("http_requests_total", {**h, "status": "5xx"}, counter(err_per_min, minutes)),
+        series("http_requests_total", {**h, "status": "4xx"}, counter(client_err_per_min, minutes)),
+        series("vllm:num_requests_running", V, gauge(lambda m: 8, minutes)),
+    ]
+
+
+M = {"namespace": "llm", "model_name": "llama-70b"}
+CASES["VLLMErrorBudgetBurn"] = [
+    # 5% of requests fail: burns the 0.1% budget 50x: the fast (page) alert
+    case(http(120, lambda m: 950, lambda m: 50 if m > 20 else 0),
+         [quiet(20, "VLLMErrorBudgetBurn"),
+          # 40 of the 59 minutes in the 1h window failed 5%: 2000 errors in 59000 requests, 3.39%
+          at(60, "VLLMErrorBudgetBurn", expect("VLLMErrorBudgetBurn", {**M, "window": "fast"}, "3.39%", severity="critical"))]),
+    # 0.3% for four days: too slow to page, enough for a ticket (10-minute steps keep promtool quick;
+    # the slow alert reads only the 3d and 6h windows)
+    case(http(4 * DAY // 10, lambda m: 9970, lambda m: 30),
+         [at(4 * DAY, "VLLMErrorBudgetBurn", expect("VLLMErrorBudgetBurn", {**M, "window": "slow"}, "0.3%", severity="warning"))],
+         interval="10m", evaluation_interval="10m"),
+    # client errors (4xx) and a healthy 0.05% of 5xx: quiet
+    case(http(180, lambda m: 900, lambda m: 0.5, lambda m: 100), [quiet(170, "VLLMErrorBudgetBurn")]),
+]
+
+CASES["VLLMErrorRatioHigh"] = [
+    case([series("vllm:request_success_total", {**V, "finished_reason": "stop"}, counter(lambda m: 90, N)),
+          series("vllm:request_success_total", {**V, "finished_reason": "error"}, counter(lambda m: 10, N)),
+          series("vllm:request_success_total", {**V, "finished_reason": "abort"}, counter(lambda m: 50, N))],
+         [at(16, "VLLMErrorRatioHigh", expect("VLLMErrorRatioHigh", W, "10%"))]),
+    # aborts are the clients' doing, not errors
+    case([series("vllm:request_success_total", {**V, "finished_reason": "stop"}, counter(lambda m: 90, N)),
+          series("vllm:request_success_total", {**V, "finished_reason": "error"}, counter(lambda m: 0, N)),
+          series("vllm:request_success_total", {**V, "finished_reason": "abort"}, counter(lambda m: 50, N))],
+         [quiet(30, "VLLMErrorRatioHigh")]),
+]
+
+T = {"namespace": "llm", "pod": "vllm-0"}
+CASES["VLLMTargetDown"] = [
+    # the sidecar cannot read vLLM
+    case([series("vllm_sidecar_target_up", {**S, "target": "vllm"}, gauge(lambda m: 0 if m >= 5 else 1, N)),
+          series("up", S, gauge(lambda m: 1, N))],
+         [quiet(6, "VLLMTargetDown"), at(8, "VLLMTargetDown", expect("VLLMTargetDown", {**T, "target": "vllm"}, "0"))]),
+    # the sidecar itself is gone: its series stop, Prometheus' up says 0
+    case([series("vllm_sidecar_build_info", {**S, "version": "0.1.0"}, gauge(lambda m: 1 if m < 5 else None, N)),
+          series("up", S, gauge(lambda m: 1 if m < 5 else 0, N))],
+         [at(8, "VLLMTargetDown", expect("VLLMTargetDown", {**T, "target": "sidecar"}, "0"))]),
+    # no sidecar at all: Prometheus scrapes vLLM directly and it went down
+    case([series("vllm:num_requests_running", V, gauge(lambda m: 2 if m < 5 else None, N)),
+          series("up", {k: v for k, v in V.items() if k not in ("model_name", "engine")}, gauge(lambda m: 1 if m < 5 else 0, N))],
+         [at(8, "VLLMTargetDown", expect("VLLMTargetDown", {**T, "target": "vllm"}, "0"))]),
+    case([series("vllm_sidecar_target_up", {**S, "target": "vllm"}, gauge(lambda m: 1, N)),
+          series("vllm_sidecar_build_info", {**S, "version": "0.1.0"}, gauge(lambda m: 1, N)),
+          series("up", S, gauge(lambda m: 1, N))], [quiet(30, "VLLMTargetDown")]),
+]
+
+CASES["VLLMSidecarInputMissing"] = [
+    case([series("vllm_sidecar_input_missing", {**S, "metric": "vllm:kv_cache_usage_perc"}, gauge(lambda m: 1, N)),
+          series("vllm_sidecar_input_missing", {**S, "metric": "vllm:generation_tokens_total"}, gauge(lambda m: 0, N))],
+         [at(12, "VLLMSidecarInputMissing",
+             expect("VLLMSidecarInputMissing", {**T, "metric": "vllm:kv_cache_usage_perc"}, "1"))]),
+    case([series("vllm_sidecar_input_missing", {**S, "metric": "vllm:kv_cache_usage_perc"}, gauge(lambda m: 0, N))],
+         [quiet(30, "VLLMSidecarInputMissing")]),
+]
+
+
+def replicas(tokens_per_min, running=lambda pod: 8):
+    out = []
+    for i, tpm in enumerate(tokens_per_min):
+        lab = vllm_labels(pod=f"vllm-{i}")
+        out.append(series("vllm:generation_tokens_total", lab, counter(lambda m, t=tpm: t, N)))
+        out.append(series("vllm:num_requests_running", lab, gauge(lambda m, i=i: running(i), N)))
+    return out
+
+
+CASES["VLLMReplicaOutlier"] = [
+    case(replicas([60000, 60000, 60000, 12000]),
+         [at(25, "VLLMReplicaOutlier", expect("VLLMReplicaOutlier", {**W, "pod": "vllm-3", "signal": "throughput"}, "200"))]),
+    case(replicas([60000, 55000, 62000, 58000]), [quiet(30, "VLLMReplicaOutlier")]),
+    # an idle replica makes few tokens because it has no work: not an outlier
+    case(replicas([60000, 60000, 60000, 0], running=lambda i: 0 if i == 3 else 8), [quiet(30, "VLLMReplicaOutlier")]),
+    # too few replicas to compare
+    case(replicas([60000, 12000]), [quiet(30, "VLLMReplicaOutlier")]),
+]
+
+CASES["VLLMPrefixCacheHitRatioLow"] = [
+    case([series("vllm:prefix_cache_queries_total", V, counter(lambda m: 10000, 60)),
+          series("vllm:prefix_cache_hits_total", V, counter(lambda m: 1000, 60)),
+          series("vllm:request_success_total", {**V, "finished_reason": "stop"}, counter(lambda m: 20, 60))],
+         [at(40, "VLLMPrefixCacheHitRatioLow", expect("VLLMPrefixCacheHitRatioLow", W, "10%"))]),
+    case([series("vllm:gpu_prefix_cache_queries_total", vllm_labels(engine=None), counter(lambda m: 10000, 60)),
+          series("vllm:gpu_prefix_cache_hits_total", vllm_labels(engine=None), counter(lambda m: 1000, 60)),
+          series("vllm:request_success_total", {**vllm_labels(engine=None), "finished_reason": "stop"}, counter(lambda m: 20, 60))],
+         [at(40, "VLLMPrefixCacheHitRatioLow", expect("VLLMPrefixCacheHitRatioLow", W, "10%"))]),
+    case([series("vllm:prefix_cache_queries_total", V, counter(lambda m: 10000, 60)),
+          series("vllm:prefix_cache_hits_total", V, counter(lambda m: 7000, 60)),
+          series("vllm:request_success_total", {**V, "finished_reason": "stop"}, counter(lambda m: 20, 60))],
+         [quiet(50, "VLLMPrefixCacheHitRatioLow")]),
+]
+
+G = {**S, "gpu": "1", "uuid": "GPU-5e1d"}
+GA = {"namespace": "llm", "pod": "vllm-0", "gpu": "1", "uuid": "GPU-5e1d"}
+CASES["GPUXidErrors"] = [
+    # the first XID 79 creates the series at 1: a counter that appears counts as new errors
+    case([series("vllm_sidecar_gpu_xid_errors_total", {**G, "xid": "79"}, gauge(lambda m: 1 if m >= 5 else None, N))],
+         [quiet(4, "GPUXidErrors"),
+          at(5, "GPUXidErrors", expect("GPUXidErrors", {**GA, "xid": "79"}, "1", severity="critical"))]),
+    case([series("vllm_sidecar_gpu_xid_errors_total", {**G, "xid": "13"}, gauge(lambda m: 1 if m < 10 else 2, N))],
+         [at(12, "GPUXidErrors", expect("GPUXidErrors", {**GA, "xid": "13"}, "1.25", severity="warning")),
+          quiet(25, "GPUXidErrors")]),
+    case([series("vllm_sidecar_gpu_xid_errors_total", {**G, "xid": "13"}, gauge(lambda m: 3, N))], [quiet(20, "GPUXidErrors")]),
+]
+
+CASES["GPUThermalThrottling"] = [
+    case([series("vllm_sidecar_gpu_clock_throttle_active", {**G, "reason": "hw_thermal_slowdown"}, gauge(lambda m: 1, N)),
+          series("vllm_sidecar_gpu_clock_throttle_active", {**G, "reason": "gpu_idle"}, gauge(lambda m: 0, N))],
+         [at(12, "GPUThermalThrottling", expect("GPUThermalThrottling", GA, "1"))]),
+    case([series("vllm_sidecar_gpu_clock_throttle_active", {**G, "reason": "hw_thermal_slowdown"}, gauge(lambda m: 0, N)),
+          series("vllm_sidecar_gpu_clock_throttle_active", {**G, "reason": "gpu_idle"}, gauge(lambda m: 1, N))],
+         [quiet(30, "GPUThermalThrottling")]),
+]
+
+CASES["GPUUncorrectableECCErrors"] = [
+    case([series("vllm_sidecar_gpu_ecc_errors_total", {**G, "type": "uncorrected"}, gauge(lambda m: 0 if m < 5 else 2, N)),
+          series("vllm_sidecar_gpu_ecc_errors_total", {**G, "type": "corrected"}, counter(lambda m: 5, N))],
+         [at(6, "GPUUncorrectableECCErrors", expect("GPUUncorrectableECCErrors", GA, "2.5"))]),
+    case([series("vllm_sidecar_gpu_ecc_errors_total", {**G, "type": "uncorrected"}, gauge(lambda m: 0, N)),
+          series("vllm_sidecar_gpu_ecc_errors_total", {**G, "type": "corrected"}, counter(lambda m: 5, N))],
+         [quiet(30, "GPUUncorrectableECCErrors")]),
+]
+
+
+def test_every_alert_has_cases():
+    assert set(rules_by_alert()) == set(CASES)
+
+
+@pytest.mark.parametrize("alert", sorted(CASES))
+def test_alert_fires_and_stays_quiet(alert, tmp_path):
+    tests = CASES[alert]
+    assert any(e["exp_alerts"] for t in tests for e in t["alert_rule_test"]), "needs a firing case"
+    assert any(not e["exp_alerts"] for t in tests for e in t["alert_rule_test"]), "needs a quiet case"
+    by_interval = {}
+    for t in tests:
+        t = dict(t)
+        by_interval.setdefault(t.pop("_evaluation_interval"), []).append(t)
+    for interval, group in by_interval.items():
+        r = run_promtool(tmp_path, group, evaluation_interval=interval)
+        assert r.returncode == 0, r.stdout + r.stderr
