@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the system programs the tests use, from Debian's packages, when they are missing:
+# prometheus and promtool (2.42), prometheus-alertmanager (0.25) and kubectl's kustomize
+# (kubectl is usually present; when not, the deploy tests that need it are skipped with a reason).
+set -euo pipefail
+need=()
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+  SUDO=sudo
+else
+  SUDO=
+fi
+echo "installing: ${need[*]}" >&2
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
