@@ -1,0 +1,239 @@
+"""Real Prometheus, Alertmanager and the real sidecar, started by tests on free loopback ports.
+
+Every process started here is stopped by ``Stack.close()`` (tests use it as a context manager),
+also when the test fails; failures carry the tail of each process's log.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def http_get(url: str, timeout: float = 5.0):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return json.loads(r.read().decode())
+
+
+def wait_until(fn, timeout: float, every: float = 0.25, what: str = "condition", diag=None):
+    end = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < end:
+        try:
+            last = fn()
+            if last:
+                return last
+        except Exception as exc:  # noqa: BLE001 - not up yet
+            last = exc
+        time.sleep(every)
+    extra = diag() if diag else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})\n{extra}")
+
+
+class Webhook:
+    """An Alertmanager webhook receiver: keeps every notification it gets."""
+
+    def __init__(self) -> None:
+        self.received: List[dict] = []
+        self.lock = threading.Lock()
+        hook = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                return
+
+            def do_POST(self):  # noqa: N802
+                n = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(n).decode())
+                body["_path"] = self.path
+                with hook.lock:
+                    hook.received.append(body)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def alerts(self, path: Optional[str] = None) -> List[dict]:
+        with self.lock:
+            return [dict(a, _path=n["_path"], _receiver=n["receiver"]) for n in self.received
+                    if path is None or n["_path"] == path for a in n["alerts"]]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Process:
+    def __init__(self, name: str, args: List[str], workdir: Path, env: Optional[Dict[str, str]] = None):
+        self.name = name
+        self.log_path = workdir / f"{name}.log"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=workdir,
+                                     env={**os.environ, **(env or {})}, start_new_session=True)
+
+    def tail(self, n: int = 30) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return f"--- {self.name} log (last {n} lines) ---\n" + "\n".join(lines[-n:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.log.close()
+
+
+def alertmanager_binary() -> str:
+    return shutil.which("prometheus-alertmanager") or shutil.which("alertmanager") or "alertmanager"
+
+
+class Stack:
+    """Prometheus (+ optionally Alertmanager) scraping the given targets with the given rules."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir
+        self.procs: List[Process] = []
+        self.webhook: Optional[Webhook] = None
+        self.prom_url = ""
+        self.am_url = ""
+
+    def __enter__(self) -> "Stack":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def diag(self) -> str:
+        return "\n".join(p.tail() for p in self.procs)
+
+    def start_alertmanager(self, config_path: Path, group_wait: str = "1s") -> None:
+        self.webhook = Webhook()
+        cfg = yaml.safe_load(config_path.read_text())
+        # the example config, with its receivers pointed at the test's webhook and quick timers
+        for r in cfg["receivers"]:
+            for w in r.get("webhook_configs", []):
+                w["url"] = f"http://127.0.0.1:{self.webhook.port}/{r['name']}"
+        route = cfg["route"]
+        for node in [route] + route.get("routes", []):
+            if "group_wait" in node:
+                node["group_wait"] = group_wait
+            node["group_interval"] = "1s"
+            node["repeat_interval"] = "1m"
+        path = self.dir / "alertmanager.yml"
+        path.write_text(yaml.safe_dump(cfg))
+        port = free_port()
+        self.am_url = f"http://127.0.0.1:{port}"
+        (self.dir / "am-data").mkdir(exist_ok=True)
+        p = Process("alertmanager", [alertmanager_binary(), f"--config.file={path}",
+                                     f"--storage.path={self.dir / 'am-data'}",
+                                     f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+                    self.dir)
+        self.procs.append(p)
+        wait_until(lambda: urllib.request.urlopen(self.am_url + "/-/ready", timeout=1).status == 200, 30,
+                   what="alertmanager ready", diag=self.diag)
+
+    def start_prometheus(self, targets: List[dict], rule_files: List[Path], interval: str = "1s",
+                         extra_flags: Optional[List[str]] = None) -> None:
+        """``targets``: [{"job": ..., "address": "127.0.0.1:port", "labels": {...}}]"""
+        scrape = []
+        for t in targets:
+            scrape.append({"job_name": t["job"], "scrape_interval": interval, "scrape_timeout": interval,
+                           "metrics_path": t.get("path", "/metrics"),
+                           "static_configs": [{"targets": [t["address"]], "labels": t.get("labels", {})}]})
+        cfg = {"global": {"scrape_interval": interval, "evaluation_interval": interval},
+               "rule_files": [str(p) for p in rule_files], "scrape_configs": scrape}
+        if self.am_url:
+            cfg["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [self.am_url.split("//")[1]]}]}]}
+        path = self.dir / "prometheus.yml"
+        path.write_text(yaml.safe_dump(cfg))
+        port = free_port()
+        self.prom_url = f"http://127.0.0.1:{port}"
+        p = Process("prometheus", ["prometheus", f"--config.file={path}", f"--storage.tsdb.path={self.dir / 'prom-data'}",
+                                   f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle",
+                                   *(extra_flags or [])], self.dir)
+        self.procs.append(p)
+        wait_until(lambda: urllib.request.urlopen(self.prom_url + "/-/ready", timeout=1).status == 200, 30,
+                   what="prometheus ready", diag=self.diag)
+
+    def query(self, promql: str, at: Optional[float] = None) -> List[dict]:
+        q = {"query": promql}
+        if at is not None:
+            q["time"] = str(at)
+        data = http_get(self.prom_url + "/api/v1/query?" + urllib.parse.urlencode(q))
+        assert data["status"] == "success", data
+        return data["data"]["result"]
+
+    def alerts(self) -> List[dict]:
+        return http_get(self.prom_url + "/api/v1/alerts")["data"]["alerts"]
+
+    def alert_state(self, name: str) -> Optional[str]:
+        states = {a["state"] for a in self.alerts() if a["labels"]["alertname"] == name}
+        return "firing" if "firing" in states else ("pending" if "pending" in states else None)
+
+    def targets_up(self) -> bool:
+        data = http_get(self.prom_url + "/api/v1/targets")["data"]["activeTargets"]
+        return bool(data) and all(t["health"] == "up" for t in data)
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+        if self.webhook:
+            self.webhook.close()
+
+
+class SidecarThread:
+    """The real sidecar (``run_sidecar``) in a thread, on a free port."""
+
+    def __init__(self, cfg_overrides: dict, nvml=None) -> None:
+        from exporter import config
+        from exporter.cli import run_sidecar
+
+        cfg = config.build({"listen": "127.0.0.1:0", **cfg_overrides}, {})
+        self.stop_event = threading.Event()
+        self.ready: dict = {}
+        self.thread = threading.Thread(
+            target=run_sidecar, args=(cfg, {}),
+            kwargs={"stop": self.stop_event, "nvml": nvml,
+                    "on_ready": lambda srv, sc: self.ready.update(server=srv, sidecar=sc)},
+            daemon=True)
+        self.thread.start()
+        wait_until(lambda: "server" in self.ready, 10, what="sidecar serving")
+        self.port = self.ready["server"].address[1]
+        self.address = f"127.0.0.1:{self.port}"
+
+    @property
+    def sidecar(self):
+        return self.ready["sidecar"]
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.thread.join(3)

@@ -1,0 +1,84 @@
+"""A real Prometheus scrapes a scripted vLLM stand-in serving real vLLM pages and the real sidecar,
+evaluates the rendered rules, and a real Alertmanager (the example config) delivers to a webhook."""
+
+import pytest
+
+from exporter import pagetransform as pt
+from exporter import rules as rules_mod
+from exporter.fakenvml import FakeNvml, make_gpus
+from exporter.pageserver import PageServer
+from conftest import ROOT, page
+from stack import SidecarThread, Stack, wait_until
+
+pytestmark = pytest.mark.prometheus
+
+POD = {"namespace": "llm", "pod": "vllm-0"}
+
+
+class Script:
+    """The stand-in's page: the real after_pressure page, counters advancing, gauges set by the test."""
+
+    def __init__(self):
+        self.base = page("after_pressure.txt")
+        self.n = 0
+        self.kv = 0.5
+        self.capacity = 0
+
+    def __call__(self):
+        self.n += 1
+        text = pt.scale_counters(self.base, 1 + self.n * 0.02)
+        text = pt.set_values(text, {"vllm:kv_cache_usage_perc": self.kv, "vllm:num_requests_running": 12,
+                                    "vllm:num_requests_waiting": self.capacity})
+        return pt.set_values(text, {"vllm:num_requests_waiting_by_reason": self.capacity}, 'reason="capacity"')
+
+
+def test_alert_goes_pending_firing_and_reaches_alertmanager(tmp_path):
+    slo = tmp_path / "slo.yaml"
+    slo.write_text("for: {VLLMKVCacheExhausted: 4s, VLLMTargetDown: 3s}\n")
+    rules_file = tmp_path / "vllm.rules.yml"
+    rules_file.write_text(rules_mod.render_plain(rules_mod.load_slo(str(slo))))
+    script = Script()
+    vllm = PageServer(script).start()
+    gpus = make_gpus(2)
+    sidecar = SidecarThread({"vllm_url": vllm.url, "poll_interval": 0.5, "window": 5, "gpu": "nvml"},
+                            nvml=FakeNvml(gpus))
+    try:
+        with Stack(tmp_path) as st:
+            st.start_alertmanager(ROOT / "deploy" / "alertmanager" / "alertmanager.yml")
+            st.start_prometheus(
+                [{"job": "vllm", "address": f"127.0.0.1:{vllm.port}", "labels": POD},
+                 {"job": "vllm-sidecar", "address": sidecar.address, "labels": POD}],
+                [rules_file])
+            wait_until(st.targets_up, 30, what="both targets up", diag=st.diag)
+            # real pages arrive under their real names, the sidecar's derived series beside them
+            wait_until(lambda: st.query('vllm:kv_cache_usage_perc{pod="vllm-0"}'), 20, what="vLLM series", diag=st.diag)
+            wait_until(lambda: st.query('vllm_sidecar_generation_tokens_per_second{model_name="tiny-llama"}'), 20,
+                       what="sidecar series", diag=st.diag)
+            assert st.query('vllm_sidecar_gpu_utilization_ratio{gpu="1"}')
+            assert st.alert_state("VLLMKVCacheExhausted") is None  # a cache at 0.5: quiet
+
+            # the cache fills and requests wait for capacity
+            script.kv, script.capacity = 0.97, 3
+            wait_until(lambda: st.alert_state("VLLMKVCacheExhausted") == "pending", 20, every=0.2,
+                       what="KV alert pending", diag=st.diag)
+            wait_until(lambda: st.alert_state("VLLMKVCacheExhausted") == "firing", 20, every=0.2,
+                       what="KV alert firing", diag=st.diag)
+            got = wait_until(lambda: [a for a in st.webhook.alerts() if a["labels"]["alertname"] == "VLLMKVCacheExhausted"],
+                             20, what="KV alert at the webhook", diag=st.diag)
+            a = got[0]
+            assert a["_receiver"] == "pager" and a["labels"]["severity"] == "critical"
+            assert a["labels"]["pod"] == "vllm-0" and a["labels"]["model_name"] == "tiny-llama"
+            assert "97%" in a["annotations"]["description"]
+            assert a["annotations"]["runbook_url"].endswith("/VLLMKVCacheExhausted.md")
+
+            # vLLM starts answering 503: the sidecar says so and VLLMTargetDown reaches the pager
+            vllm.mode = "status:503"
+            wait_until(lambda: st.alert_state("VLLMTargetDown") == "firing", 30, every=0.2,
+                       what="target-down firing", diag=st.diag)
+            down = wait_until(lambda: [a for a in st.webhook.alerts("/pager")
+                                       if a["labels"]["alertname"] == "VLLMTargetDown"], 20,
+                              what="target-down at the webhook", diag=st.diag)
+            assert down[0]["labels"]["target"] == "vllm"
+    finally:
+        sidecar.close()
+        vllm.stop()
