@@ -70,7 +70,11 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(float(mode.split(":", 1)[1]))
             mode = "ok"
         if mode == "ok":
-            body = app.page().encode()
+            try:
+                body = app.page().encode()
+            except ConnectionError:  # the simulated server is down: drop the connection unanswered
+                self.close_connection = True
+                return
             if app.gzip and "gzip" in self.headers.get("Accept-Encoding", ""):
                 self._send(200, gzip.compress(body), app.content_type, "gzip")
             else:

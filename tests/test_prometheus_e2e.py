@@ -8,7 +8,7 @@ from exporter import rules as rules_mod
 from exporter.fakenvml import FakeNvml, make_gpus
 from exporter.pageserver import PageServer
 from conftest import ROOT, page
-from stack import SidecarThread, Stack, wait_until
+from exporter.localstack import SidecarThread, Stack, wait_until
 
 pytestmark = pytest.mark.prometheus
 

@@ -1,7 +1,8 @@
-"""Real Prometheus, Alertmanager and the real sidecar, started by tests on free loopback ports.
+"""Real Prometheus, Alertmanager and the sidecar on free loopback ports: for the demo's
+``--with-prometheus`` and for the tests.
 
-Every process started here is stopped by ``Stack.close()`` (tests use it as a context manager),
-also when the test fails; failures carry the tail of each process's log.
+Every process started here is stopped by ``Stack.close()`` (use it as a context manager), also
+when the caller fails; ``diag()`` gives the tail of each process's log for error messages.
 """
 
 import json
@@ -19,7 +20,6 @@ from typing import Dict, List, Optional
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:

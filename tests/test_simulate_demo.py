@@ -1,0 +1,142 @@
+"""The simulated vLLM looks exactly like a real one, behaves like its scenarios say, and the demo
+shows the sidecar catching them."""
+
+import io
+
+import pytest
+
+from exporter import config
+from exporter.demo import run_demo
+from exporter.exposition import parse
+from exporter.fakenvml import FakeNvml, make_gpus
+from exporter.gpu import NvmlSource
+from exporter.sidecar import Sidecar
+from exporter.simulate import SCENARIOS, SimVllm, template_page
+from exporter.vllm_inputs import normalize
+from conftest import page
+from helpers import value
+
+
+def series_shape(text):
+    """Names and labels; the model name and the cache size (an info metric's labels) may differ."""
+    return {(s.name, tuple((k, v if s.name != "vllm:cache_config_info" else "") for k, v in s.labels if k != "model_name"))
+            for s in parse(text).samples}
+
+
+def test_sim_page_has_exactly_the_real_pages_series():
+    sim = SimVllm("normal", start=1000.0)
+    for _ in range(50):
+        sim.step(0.1)
+    text = sim.page()
+    p = parse(text)
+    assert p.malformed == 0
+    assert series_shape(text) == series_shape(page("after_pressure.txt"))
+    assert template_page() == page("after_pressure.txt")  # the shipped template is the real capture
+    snap = normalize(p, 0)
+    assert snap.missing_required() == []
+    assert snap.models == {"llama-3.1-70b-instruct"}
+
+
+def test_upgrade_scenario_switches_from_old_to_new_names():
+    sim = SimVllm("upgrade", start=1000.0)
+    sim.scenario.onset = 2
+    sim.step(0.5)
+    old = normalize(parse(sim.page()), 0)
+    assert old.resolved["kv_usage"] == "vllm:gpu_cache_usage_perc"
+    for _ in range(10):
+        sim.step(0.5)
+    new = normalize(parse(sim.page()), 0)
+    assert new.resolved["kv_usage"] == "vllm:kv_cache_usage_perc"
+    assert new.process_start != old.process_start
+
+
+def run_sidecar_on(scenario, seconds, onset=10, **cfg_kw):
+    gpus = make_gpus(2)
+    sim = SimVllm(scenario, gpus=gpus, start=1000.0)
+    sim.scenario.onset = onset
+    cfg = config.build({"window": 20, "poll_interval": 1, "stall_seconds": 10, "baseline_min_seconds": 20, **cfg_kw}, {})
+    sc = Sidecar(cfg, sim.page, NvmlSource(FakeNvml(gpus)), clock=lambda: sim.now)
+    sc.baseline.spacing = 1
+    history = []
+    for _ in range(seconds):
+        for _ in range(10):
+            sim.step(0.1)
+        try:
+            pub = sc.poll_once()
+        except ConnectionError:
+            raise
+        history.append((sim.elapsed, pub))
+    return history
+
+
+def flagged_at(history, name, **labels):
+    for t, pub in history:
+        if value(pub.points, name, **labels) == 1.0:
+            return t
+    return None
+
+
+def test_long_prompt_storm_is_caught_by_pressure_long_prompts_and_busy_low():
+    h = run_sidecar_on("long-prompt-storm", 90, onset=40)
+    before = [pub for t, pub in h if 25 <= t < 40]
+    assert all((value(p.points, "kv_cache_pressure_level", model_name="llama-3.1-70b-instruct") or 0) < 2 for p in before)
+    assert flagged_at(h, "gpu_busy_low_throughput", model_name="llama-3.1-70b-instruct") > 40
+    after = h[-1][1]
+    assert value(after.points, "long_prompt_requests_per_second", model_name="llama-3.1-70b-instruct") > 0.05
+    assert value(after.points, "kv_cache_pressure_level", model_name="llama-3.1-70b-instruct") >= 2
+
+
+@pytest.mark.parametrize("scenario,signal", [("stall", "engine_stalled"), ("gpu-busy-low", "gpu_busy_low_throughput"),
+                                             ("kv-thrashing", None)])
+def test_scenarios_raise_their_signal(scenario, signal):
+    h = run_sidecar_on(scenario, 70, onset=35)
+    m = "llama-3.1-70b-instruct"
+    quiet = [pub for t, pub in h if t < 35]
+    if signal:
+        assert all(value(p.points, signal, model_name=m) in (None, 0.0) for p in quiet)
+        assert flagged_at(h, signal, model_name=m) is not None
+    else:
+        assert value(h[-1][1].points, "kv_cache_pressure_level", model_name=m) == 3
+        assert value(h[-1][1].points, "preemptions_per_second", model_name=m) > 0
+
+
+def test_normal_day_flags_nothing():
+    h = run_sidecar_on("normal", 90)
+    m = "llama-3.1-70b-instruct"
+    for _, pub in h:
+        assert value(pub.points, "gpu_busy_low_throughput", model_name=m) in (None, 0.0)
+        assert value(pub.points, "engine_stalled", model_name=m) in (None, 0.0)
+        assert (value(pub.points, "kv_cache_pressure_level", model_name=m) or 0) < 3
+
+
+def test_restart_scenario_recovers_without_negative_rates():
+    gpus = make_gpus(1)
+    sim = SimVllm("restart", gpus=gpus, start=1000.0)
+    sim.scenario.onset = 20
+    cfg = config.build({"window": 20, "poll_interval": 1}, {})
+    from exporter.vllm_client import FetchError
+
+    def fetch():
+        try:
+            return sim.page()
+        except ConnectionError:
+            raise FetchError("refused", "simulated vLLM down")
+    sc = Sidecar(cfg, fetch, NvmlSource(FakeNvml(gpus)), clock=lambda: sim.now)
+    downs = 0
+    for _ in range(60):
+        for _ in range(10):
+            sim.step(0.1)
+        pub = sc.poll_once()
+        downs += dict(pub.up)["vllm"] is False
+        assert all(p.value >= 0 for p in pub.points if p.name.endswith("_per_second"))
+    assert downs >= 5 and pub.vllm_restarts_total == 1 and dict(pub.up)["vllm"]
+
+
+def test_demo_command_shows_the_signals_and_a_summary():
+    out = io.StringIO()
+    rc = run_demo("stall", duration=22, onset=4, listen="127.0.0.1:0", with_prometheus=False, refresh=2, tty=False, out=out)
+    text = out.getvalue()
+    assert rc == 0
+    assert "scenario stall" in text and "/22s" in text
+    assert "engine      stalled: YES" in text
+    assert "engine stalled" in text.split("What the sidecar flagged")[1]
