@@ -258,3 +258,21 @@ def test_baseline_forgets_beyond_its_horizon():
 def test_fewer_than_two_snapshots_derive_nothing(after_load):
     s = snap(after_load, T0)
     assert derive([s], [s], T0, cfg()) == []
+
+
+def _with_spec(text, drafts, accepted):
+    extra = (
+        "# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.\n"
+        "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+        f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="{M}"}} {drafts}\n'
+        "# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.\n"
+        "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+        f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="{M}"}} {accepted}\n'
+    )
+    return text + extra
+
+
+def test_speculative_decoding_acceptance_when_present(idle, after_load):
+    pts = run([(T0, _with_spec(idle, 100.0, 50.0)), (T0 + 60, _with_spec(after_load, 1100.0, 730.0))])
+    assert value(pts, "spec_decode_acceptance_ratio", model_name=M) == pytest.approx(680 / 1000)
+    assert "spec_decode_acceptance_ratio" not in names(run([(T0, idle), (T0 + 60, after_load)]))

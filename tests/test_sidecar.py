@@ -122,3 +122,19 @@ def test_nvml_mode_without_library_reports_gpu_down(clock, after_load):
     assert m[("vllm_sidecar_target_up", (("target", "gpu"),))] == 0
     assert m[("vllm_sidecar_target_up", (("target", "vllm"),))] == 1
     assert m[("vllm_sidecar_poll_errors_total", (("reason", "nvml_init"), ("target", "gpu")))] == 1
+
+
+def test_healthz_reports_a_wedged_poll_loop(clock, after_load):
+    mono = [100.0]
+    from exporter.sidecar import Sidecar
+    from helpers import PageSequence
+    sc = Sidecar(cfg(poll_interval=1, window=10), PageSequence(clock, after_load), None, clock=clock,
+                 monotonic=lambda: mono[0])
+    sc.poll_once()
+    assert sc.healthy()
+    mono[0] += 5
+    assert sc.healthy()  # between polls
+    mono[0] += 60  # no progress for a minute: wedged
+    assert not sc.healthy()
+    sc.poll_once()
+    assert sc.healthy()
