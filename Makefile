@@ -34,6 +34,7 @@ test: $(VPY) deps
 
 rules: $(VPY)
 	$(VENV)/bin/vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .
+	$(VENV)/bin/vllm-sidecar-exporter dashboards --slo rules/slo.yaml --out-dir dashboards
 
 bench: $(VPY)
 	$(VPY) bench/bench_parser.py

@@ -47,7 +47,7 @@ def serve_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Prometheus sidecar for vLLM: reads vLLM's /metrics and the pod's GPUs, serves "
                     "derived signals. Subcommands: demo (simulated vLLM and GPU), rules (render the "
-                    "alerting pack from an SLO file).",
+                    "alerting pack from an SLO file), dashboards (render the Grafana dashboards).",
     )
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     add_config_flags(p)
@@ -141,6 +141,10 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
         from .rules import main as rules_main
 
         return rules_main(argv[1:], env)
+    if argv and argv[0] == "dashboards":
+        from .dashboards import main as dashboards_main
+
+        return dashboards_main(argv[1:], env)
     if argv and argv[0] == "serve":
         argv = argv[1:]
     ns = serve_parser().parse_args(argv)

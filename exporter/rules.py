@@ -206,8 +206,9 @@ def recording_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
     rec(f"{L}:vllm_prompt_tokens:rate5m", rate("vllm:prompt_tokens_total"))
     rec(f"{L}:vllm_requests_finished:rate5m", rate("vllm:request_success_total"))
     rec(f"{L}:vllm_requests_failed:rate5m", rate("vllm:request_success_total", "5m", 'finished_reason="error"'))
+    # vLLM creates labelled series lazily on some releases: no "error" series means no error yet
     rec(f"{L}:vllm_request_errors:ratio_rate5m",
-        f"{rate('vllm:request_success_total', '5m', ERR)}\n"
+        f"(\n  {rate('vllm:request_success_total', '5m', ERR)}\n  or\n  {rate('vllm:request_success_total')} * 0\n)\n"
         f"/\n({rate('vllm:request_success_total', '5m', NOABORT)} > 0)")
     rec(f"{L}:vllm_preemptions:rate5m", rate("vllm:num_preemptions_total"))
     rec(f"{L}:vllm_admission_rejections:rate5m", rate("vllm:admission_rejections_total"))
@@ -263,16 +264,22 @@ def recording_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
 def availability_ratio(c: _Ctx, w: str) -> str:
     s, svc, r = c.s, c.svc, c.r
     if c.slo["availability_sli"] == "engine":
-        return (f"sum by ({svc}) (rate(vllm:request_success_total{s(ERR)}[{w}]))\n/\n"
+        return (f"(\n  sum by ({svc}) (rate(vllm:request_success_total{s(ERR)}[{w}]))\n  or\n"
+                f"  sum by ({svc}) (rate(vllm:request_success_total{s()}[{w}])) * 0\n)\n/\n"
                 f"(sum by ({svc}) (rate(vllm:request_success_total{s(NOABORT)}[{w}])) > 0)")
     h = c.slo["http_handlers"]
     model_of = f"group by ({r}, model_name) (vllm:num_requests_running{s()})"
 
-    def part(status: str) -> str:
-        handler = 'handler=~"' + h + '"'
-        return (f"sum by ({svc}) (\n  sum by ({r}) (rate(http_requests_total{s(handler, status)}[{w}]))\n"
-                f"  * on ({r}) group_left (model_name)\n  {model_of}\n)")
-    return f"{part(S5XX)}\n/\n({part(NOT4XX)} > 0)"
+    handler = 'handler=~"' + h + '"'
+
+    def per_pod(status: str) -> str:
+        return f"sum by ({r}) (rate(http_requests_total{s(handler, status)}[{w}]))"
+
+    def by_model(expr: str) -> str:
+        return f"sum by ({svc}) (\n  {expr}\n  * on ({r}) group_left (model_name)\n  {model_of}\n)"
+    # the instrumentation creates the status="5xx" series only at the first 5xx: none yet is 0
+    errors = f"(\n    {per_pod(S5XX)}\n    or\n    {per_pod('')} * 0\n  )"
+    return f"{by_model(errors)}\n/\n({by_model(per_pod(NOT4XX))} > 0)"
 
 
 def _indent(text: str, n: int = 2) -> str:

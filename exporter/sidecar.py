@@ -26,6 +26,9 @@ from .windows import History, restarted
 
 log = logging.getLogger("vllm_sidecar")
 
+VLLM_REASONS = ("refused", "timeout", "connection", "http_5xx", "http_4xx", "unauthorized", "parse", "too_large")
+GPU_REASONS = ("nvml_init", "nvml", "gpu_lost")
+
 
 @dataclass(frozen=True)
 class Published:
@@ -75,6 +78,12 @@ class Sidecar:
         self.baseline = Baseline(horizon=cfg.baseline_horizon, spacing=max(cfg.poll_interval, 10.0))
         self.util_history: List[Tuple[float, float]] = []
         self.counters = Counters()
+        # known failure reasons start at 0, so rate() and increase() see the first failure
+        for reason in VLLM_REASONS:
+            self.counters.errors[("vllm", reason)] = 0
+        if gpu_source is not None:
+            for reason in GPU_REASONS:
+                self.counters.errors[("gpu", reason)] = 0
         self.up: Dict[str, bool] = {}
         self.last_success: Dict[str, float] = {}
         self.last_gpu: Optional[GpuState] = None

@@ -149,5 +149,5 @@ def test_probes_logs_and_sigterm():
     up = [r for r in records if r["msg"] == "vllm reachable"]
     assert len(down) == 1, "one line per change of state, not per poll"
     assert len(up) == 2
-    assert down[0]["reason"] == "refused"
+    assert down[0]["reason"] in ("refused", "connection")  # a kept-alive connection may be reset first
     assert "SECRET-TOKEN-123" not in err and "hunter2" not in err

@@ -88,67 +88,16 @@ def test_le_for_matches_vllm_bucket_strings():
 
 # -- every name a rule reads exists --------------------------------------------------------------
 
-_FUNCS = {"sum", "max", "min", "avg", "count", "rate", "increase", "deriv", "histogram_quantile", "quantile",
-          "max_over_time", "avg_over_time", "label_replace", "group", "clamp_min", "abs"}
-_KEYWORDS = {"by", "on", "without", "and", "or", "unless", "offset", "group_left", "group_right", "ignoring", "bool"}
-
-
-def metric_names(expr: str) -> set:
-    e = re.sub(r'"[^"]*"', '""', expr)  # strings
-    e = re.sub(r"\{[^}]*\}", "", e)  # matchers
-    e = re.sub(r"\[[^\]]*\]", "", e)  # ranges
-    e = re.sub(r"\b\d+(ms|[smhdwy])\b", "", e)  # durations (offset 15m)
-    e = re.sub(r"\b\d+(\.\d+)?(e[+-]?\d+)?\b", "", e)  # numbers
-    e = re.sub(r"\b(by|on|without|ignoring|group_left|group_right)\s*\([^)]*\)", "", e)  # label lists
-    names = set()
-    for m in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", e):
-        tok = m.group(0)
-        rest = e[m.end():].lstrip()
-        if tok in _KEYWORDS or (tok in _FUNCS and rest.startswith("(")):
-            continue
-        names.add(tok)
-    return names
-
-
-def sidecar_output_names():
-    """Every name the sidecar serves, from a real run on real pages with a stand-in GPU."""
-    from exporter import config
-    from exporter.collector import build_families
-    from exporter.fakenvml import FakeNvml, make_gpus
-    from exporter.gpu import NvmlSource
-    from exporter.sidecar import Sidecar
-
-    gpus = make_gpus(1)
-    gpus[0].utilization_percent = 95
-    nv = FakeNvml(gpus)
-    pages = [(VLLM_PAGES / "idle.txt").read_text(), (VLLM_PAGES / "after_load.txt").read_text()]
-    t = [1000.0]
-    it = iter(pages)
-    sc = Sidecar(config.build({"window": 60, "poll_interval": 1, "stall_seconds": 5}, {}), lambda: next(it),
-                 NvmlSource(nv), clock=lambda: t[0])
-    sc.poll_once()
-    nv.inject_xid(0, 79)
-    t[0] += 10
-    pub = sc.poll_once()
-    return {s.name for f in build_families(pub) for s in f.samples} | {"up"}
+from promql_names import known_names, metric_names, sidecar_output_names  # noqa: E402
 
 
 def test_every_metric_a_rule_reads_exists_in_real_output():
     data = yaml.safe_load((ROOT / rules_mod.PLAIN_PATH).read_text())
-    recorded = {r["record"] for g in data["groups"] for r in g["rules"] if "record" in r}
-    real = set()
-    for p in VLLM_PAGES.glob("*.txt"):
-        text = p.read_text()
-        real |= {s.name for s in parse(text).samples}
-        real |= {s.name for s in parse(pt.legacy_names(text)).samples}  # the names before vLLM's renames
-    sidecar = sidecar_output_names()
-    # emitted by vLLM only when VLLM_COMPUTE_NANS_IN_LOGITS=1, which the captured servers did not set
-    only_when_enabled = {"vllm:corrupted_requests_total"}
     used = set()
     for g in data["groups"]:
         for r in g["rules"]:
             used |= metric_names(r["expr"])
-    unknown = used - real - sidecar - recorded - only_when_enabled
+    unknown = used - known_names()
     assert not unknown, f"rules read metrics no real output has: {sorted(unknown)}"
     # and the checker itself sees the names it should
     assert {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm_sidecar_gpu_busy_low_throughput",
