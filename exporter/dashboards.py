@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -131,7 +132,9 @@ class Builder:
     def panel(self, p: Panel, pid: int, grid: Dict[str, int]) -> Dict[str, Any]:
         targets = []
         for i, t in enumerate(p.targets):
-            d = {"refId": chr(ord("A") + i), "datasource": DS, "expr": t.expr, "legendFormat": t.legend or "__auto",
+            # recording rules are named after the SLO file's rate window (default 5m)
+            expr = re.sub(r":(rate|ratio_rate|histogram_quantile|mean)5m\b", r":\g<1>" + self.slo["windows"]["rate"], t.expr)
+            d = {"refId": chr(ord("A") + i), "datasource": DS, "expr": expr, "legendFormat": t.legend or "__auto",
                  "format": t.fmt, "instant": t.instant, "range": not t.instant, "editorMode": "code"}
             if t.empty_ok:
                 d["vllmSidecarEmptyOk"] = t.empty_ok  # read by the tests; Grafana ignores unknown keys

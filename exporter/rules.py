@@ -31,6 +31,7 @@ DEFAULT_SLO: Dict[str, Any] = {
     "runbook_base_url": "https://github.com/vllm-sidecar-exporter/vllm-sidecar-exporter/blob/main/docs/runbooks",
     "objectives": {"ttft_mean_seconds": 1.5, "ttft_p95_seconds": 3.0, "output_tokens_per_second": 30.0,
                    "availability": 0.999},
+    "windows": {"rate": "5m", "sustain": "2m"},
     "availability_sli": "http",
     "http_handlers": "/v1/.*",
     "kv_cache": {"warn": 0.90, "critical": 0.95},
@@ -154,6 +155,8 @@ def validate_slo(slo: Dict[str, Any]) -> Dict[str, Any]:
         raise ConfigError("selector: expected label matchers without braces, like namespace=\"llm\"")
     for k, v in slo["for"].items():
         slo["for"][k] = _duration(v, f"for.{k}")
+    for k, v in slo["windows"].items():
+        slo["windows"][k] = _duration(v, f"windows.{k}")
     return slo
 
 
@@ -190,6 +193,7 @@ class _Ctx:
 def recording_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
     c = _Ctx(slo)
     by, s = c.by, c.s
+    W = slo["windows"]["rate"]
     L = "namespace_pod_model"
     rules: List[Dict[str, Any]] = []
 
@@ -199,19 +203,19 @@ def recording_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
             r["labels"] = labels
         rules.append(r)
 
-    def rate(metric: str, window: str = "5m", *m: str) -> str:
+    def rate(metric: str, window: str = W, *m: str) -> str:
         return f"sum by ({by}) (rate({metric}{s(*m)}[{window}]))"
 
-    rec(f"{L}:vllm_generation_tokens:rate5m", rate("vllm:generation_tokens_total"))
-    rec(f"{L}:vllm_prompt_tokens:rate5m", rate("vllm:prompt_tokens_total"))
-    rec(f"{L}:vllm_requests_finished:rate5m", rate("vllm:request_success_total"))
-    rec(f"{L}:vllm_requests_failed:rate5m", rate("vllm:request_success_total", "5m", 'finished_reason="error"'))
+    rec(f"{L}:vllm_generation_tokens:rate{W}", rate("vllm:generation_tokens_total"))
+    rec(f"{L}:vllm_prompt_tokens:rate{W}", rate("vllm:prompt_tokens_total"))
+    rec(f"{L}:vllm_requests_finished:rate{W}", rate("vllm:request_success_total"))
+    rec(f"{L}:vllm_requests_failed:rate{W}", rate("vllm:request_success_total", W, ERR))
     # vLLM creates labelled series lazily on some releases: no "error" series means no error yet
-    rec(f"{L}:vllm_request_errors:ratio_rate5m",
-        f"(\n  {rate('vllm:request_success_total', '5m', ERR)}\n  or\n  {rate('vllm:request_success_total')} * 0\n)\n"
-        f"/\n({rate('vllm:request_success_total', '5m', NOABORT)} > 0)")
-    rec(f"{L}:vllm_preemptions:rate5m", rate("vllm:num_preemptions_total"))
-    rec(f"{L}:vllm_admission_rejections:rate5m", rate("vllm:admission_rejections_total"))
+    rec(f"{L}:vllm_request_errors:ratio_rate{W}",
+        f"(\n  {rate('vllm:request_success_total', W, ERR)}\n  or\n  {rate('vllm:request_success_total')} * 0\n)\n"
+        f"/\n({rate('vllm:request_success_total', W, NOABORT)} > 0)")
+    rec(f"{L}:vllm_preemptions:rate{W}", rate("vllm:num_preemptions_total"))
+    rec(f"{L}:vllm_admission_rejections:rate{W}", rate("vllm:admission_rejections_total"))
     rec(f"{L}:vllm_kv_cache_usage:max",
         f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor\nmax by ({by}) (vllm:gpu_cache_usage_perc{s()})")
     rec(f"{L}:vllm_requests_running:sum", f"sum by ({by}) (vllm:num_requests_running{s()})")
@@ -222,11 +226,11 @@ def recording_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
     le = le_for(slo["long_prompt"]["tokens"])
     le_matcher = 'le="' + le + '"'
     long_rate = (f"{rate('vllm:request_prompt_tokens_count')}\n-\n"
-                 f"{rate('vllm:request_prompt_tokens_bucket', '5m', le_matcher)}")
-    rec(f"{L}:vllm_long_prompt_requests:rate5m", long_rate)
-    rec(f"{L}:vllm_long_prompt_requests:ratio_rate5m",
-        f"{L}:vllm_long_prompt_requests:rate5m\n/ on ({by})\n({rate('vllm:request_prompt_tokens_count')} > 0)")
-    rec(f"{L}:vllm_prefix_cache_hit:ratio_rate5m",
+                 f"{rate('vllm:request_prompt_tokens_bucket', W, le_matcher)}")
+    rec(f"{L}:vllm_long_prompt_requests:rate{W}", long_rate)
+    rec(f"{L}:vllm_long_prompt_requests:ratio_rate{W}",
+        f"{L}:vllm_long_prompt_requests:rate{W}\n/ on ({by})\n({rate('vllm:request_prompt_tokens_count')} > 0)")
+    rec(f"{L}:vllm_prefix_cache_hit:ratio_rate{W}",
         f"(\n  {rate('vllm:prefix_cache_hits_total')}\n  /\n  ({rate('vllm:prefix_cache_queries_total')} > 0)\n)\nor\n"
         f"(\n  {rate('vllm:gpu_prefix_cache_hits_total')}\n  /\n  ({rate('vllm:gpu_prefix_cache_queries_total')} > 0)\n)")
 
@@ -237,24 +241,24 @@ def recording_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
         ("vllm_request_queue_time_seconds", ("vllm:request_queue_time_seconds",)),
     )
     for rname, names in hists:
-        buckets = "\nor\n".join(f"sum by ({by}, le) (rate({n}_bucket{s()}[5m]))" for n in names)
+        buckets = "\nor\n".join(f"sum by ({by}, le) (rate({n}_bucket{s()}[{W}]))" for n in names)
         for q in QUANTILES:
-            rec(f"{L}:{rname}:histogram_quantile5m", f"histogram_quantile({q},\n{_indent(buckets)}\n)",
+            rec(f"{L}:{rname}:histogram_quantile{W}", f"histogram_quantile({q},\n{_indent(buckets)}\n)",
                 {"quantile": q})
     for rname, names in hists[:2]:
         mean = "\nor\n".join(
             f"{rate(n + '_sum')}\n/\n({rate(n + '_count')} > 0)" for n in names)
-        rec(f"{L}:{rname}:mean5m", mean)
+        rec(f"{L}:{rname}:mean{W}", mean)
 
     # per model (all replicas): what the overview and the SLO read
     svc = c.svc
     M = "namespace_model"
-    rec(f"{M}:vllm_generation_tokens:rate5m", f"sum by ({svc}) ({L}:vllm_generation_tokens:rate5m)")
-    rec(f"{M}:vllm_prompt_tokens:rate5m", f"sum by ({svc}) ({L}:vllm_prompt_tokens:rate5m)")
-    rec(f"{M}:vllm_requests_finished:rate5m", f"sum by ({svc}) ({L}:vllm_requests_finished:rate5m)")
+    rec(f"{M}:vllm_generation_tokens:rate{W}", f"sum by ({svc}) ({L}:vllm_generation_tokens:rate{W})")
+    rec(f"{M}:vllm_prompt_tokens:rate{W}", f"sum by ({svc}) ({L}:vllm_prompt_tokens:rate{W})")
+    rec(f"{M}:vllm_requests_finished:rate{W}", f"sum by ({svc}) ({L}:vllm_requests_finished:rate{W})")
     for q in QUANTILES:
-        rec(f"{M}:vllm_time_to_first_token_seconds:histogram_quantile5m",
-            f"histogram_quantile({q}, sum by ({svc}, le) (rate(vllm:time_to_first_token_seconds_bucket{s()}[5m])))",
+        rec(f"{M}:vllm_time_to_first_token_seconds:histogram_quantile{W}",
+            f"histogram_quantile({q}, sum by ({svc}, le) (rate(vllm:time_to_first_token_seconds_bucket{s()}[{W}])))",
             {"quantile": q})
     for w in BURN_WINDOWS:
         rec(f"{M}:vllm_availability_errors:ratio_rate{w}", availability_ratio(c, w))
@@ -289,6 +293,7 @@ def _indent(text: str, n: int = 2) -> str:
 def alert_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
     c = _Ctx(slo)
     by, s, who, svc, r = c.by, c.s, c.who, c.svc, c.r
+    W, S2 = slo["windows"]["rate"], slo["windows"]["sustain"]
     L = "namespace_pod_model"
     o = slo["objectives"]
     base = slo["runbook_base_url"].rstrip("/")
@@ -316,38 +321,38 @@ def alert_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
           f"{L}:vllm_kv_cache_usage:max >= {kv['critical']}\n"
           f"and on ({by})\n(\n"
           f"  {L}:vllm_requests_waiting_capacity:sum > 0\n"
-          f"  or {L}:vllm_preemptions:rate5m > 0\n"
-          f"  or {L}:vllm_admission_rejections:rate5m > 0\n)",
+          f"  or {L}:vllm_preemptions:rate{W} > 0\n"
+          f"  or {L}:vllm_admission_rejections:rate{W} > 0\n)",
           "critical",
           f"vLLM KV cache full with requests held back on {who} ({{{{ $labels.model_name }}}})",
           f"KV-cache usage is {{{{ $value | humanizePercentage }}}} (full at {kv['critical']:g}) and requests are "
           f"waiting for KV capacity, being rejected or preempted. Usage alone is normal for vLLM; this is "
           f"not: new requests queue and TTFT climbs. Look for long prompts and lower concurrency.")
     alert("VLLMPreemptionsSustained",
-          f"sum by ({by}) (rate(vllm:num_preemptions_total{s()}[2m])) > 0",
+          f"sum by ({by}) (rate(vllm:num_preemptions_total{s()}[{S2}])) > 0",
           "warning",
           f"vLLM preempting requests on {who} ({{{{ $labels.model_name }}}})",
-          "vLLM has preempted running requests in every 2-minute window for a while "
+          f"vLLM has preempted running requests in every {S2} window for a while "
           "({{ $value | humanize }}/s now): the KV cache cannot hold the running batch, work is "
           "recomputed and latency suffers.")
     alert("VLLMTTFTHigh",
-          f"{L}:vllm_time_to_first_token_seconds:histogram_quantile5m{{quantile=\"0.95\"}} > {o['ttft_p95_seconds']}",
+          f"{L}:vllm_time_to_first_token_seconds:histogram_quantile{W}{{quantile=\"0.95\"}} > {o['ttft_p95_seconds']}",
           "warning",
           f"TTFT p95 above {o['ttft_p95_seconds']:g}s on {who} ({{{{ $labels.model_name }}}})",
-          f"Time to first token p95 over 5m is {{{{ $value | humanizeDuration }}}}, above the "
+          f"Time to first token p95 over {W} is {{{{ $value | humanizeDuration }}}}, above the "
           f"{o['ttft_p95_seconds']:g}s objective.")
     alert("VLLMTTFTMeanHigh",
-          f"{L}:vllm_time_to_first_token_seconds:mean5m > {o['ttft_mean_seconds']}",
+          f"{L}:vllm_time_to_first_token_seconds:mean{W} > {o['ttft_mean_seconds']}",
           "warning",
           f"TTFT mean above {o['ttft_mean_seconds']:g}s on {who} ({{{{ $labels.model_name }}}})",
-          f"Mean time to first token over 5m is {{{{ $value | humanizeDuration }}}}, above the "
+          f"Mean time to first token over {W} is {{{{ $value | humanizeDuration }}}}, above the "
           f"{o['ttft_mean_seconds']:g}s objective.")
     itl = 1.0 / o["output_tokens_per_second"]
     alert("VLLMInterTokenLatencyHigh",
-          f"{L}:vllm_inter_token_latency_seconds:mean5m > {itl:.6g}",
+          f"{L}:vllm_inter_token_latency_seconds:mean{W} > {itl:.6g}",
           "warning",
           f"Generation slower than {o['output_tokens_per_second']:g} tokens/s per request on {who}",
-          f"Mean inter-token latency over 5m is {{{{ $value | humanizeDuration }}}} (objective "
+          f"Mean inter-token latency over {W} is {{{{ $value | humanizeDuration }}}} (objective "
           f"{itl * 1000:.1f}ms, i.e. {o['output_tokens_per_second']:g} tokens/s per request). The batch is too "
           f"large for the GPUs or decoding is starved by prefills.")
     alert("VLLMGPUBusyLowThroughput",
@@ -360,13 +365,13 @@ def alert_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
     alert("VLLMEngineStalled",
           f"max by ({by}) (vllm_sidecar_engine_stalled{s()}) == 1\nor\n"
           f"(\n  {L}:vllm_requests_running:sum > 0\n  and on ({by})\n"
-          f"  sum by ({by}) (rate(vllm:generation_tokens_total{s()}[2m])) == 0\n)",
+          f"  sum by ({by}) (rate(vllm:generation_tokens_total{s()}[{S2}])) == 0\n)",
           "critical",
           f"vLLM engine stalled on {who} ({{{{ $labels.model_name }}}})",
           "Requests are running but no token has been produced for minutes. The engine is hung "
           "(a stuck collective, a dead worker, a deadlocked scheduler); clients are waiting forever.")
     lp = slo["long_prompt"]
-    lr = f"{L}:vllm_long_prompt_requests:rate5m"
+    lr = f"{L}:vllm_long_prompt_requests:rate{W}"
     past = f"avg_over_time({lr}[1d] offset 15m)"
     alert("VLLMLongPromptSurge",
           f"(\n  {lr} > on ({by}) ({lp['surge_factor']} * {past})\n  or\n  ({lr} unless on ({by}) {past})\n)\n"
@@ -385,7 +390,7 @@ def alert_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
           "{{ $value | humanize }} requests waiting and the queue keeps growing: arrivals exceed what "
           "the replica serves. Scale out or shed load before TTFT breaks its objective.")
     alert("VLLMCorruptedRequests",
-          f"sum by ({by}) (increase(vllm:corrupted_requests_total{s()}[5m])) > 0",
+          f"sum by ({by}) (increase(vllm:corrupted_requests_total{s()}[{W}])) > 0",
           "critical",
           f"vLLM produced corrupted (NaN) outputs on {who} ({{{{ $labels.model_name }}}})",
           "{{ $value | humanize }} requests had NaN logits in the last 5 minutes: answers are garbage. "
@@ -408,7 +413,7 @@ def alert_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
           f"budget rate: the SLO will be missed this month if nothing changes.",
           for_key="VLLMErrorBudgetBurnTicket", extra_labels={"window": "slow"})
     alert("VLLMErrorRatioHigh",
-          f"{L}:vllm_request_errors:ratio_rate5m > {slo['error_ratio']['max']}",
+          f"{L}:vllm_request_errors:ratio_rate{W} > {slo['error_ratio']['max']}",
           "warning",
           f"vLLM requests failing on {who} ({{{{ $labels.model_name }}}})",
           f"{{{{ $value | humanizePercentage }}}} of finished requests ended with an error on this replica "
@@ -431,8 +436,8 @@ def alert_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
           "renamed or removed it. The signals that depend on it are left out until the alias table knows "
           "the new name.")
     ol = slo["outlier"]
-    tok = f"{L}:vllm_generation_tokens:rate5m"
-    ttft95 = f"max without (quantile) ({L}:vllm_time_to_first_token_seconds:histogram_quantile5m{{quantile=\"0.95\"}})"
+    tok = f"{L}:vllm_generation_tokens:rate{W}"
+    ttft95 = f"max without (quantile) ({L}:vllm_time_to_first_token_seconds:histogram_quantile{W}{{quantile=\"0.95\"}})"
     alert("VLLMReplicaOutlier",
           f"(\n  label_replace(\n    {tok}\n    < on ({svc}) group_left ()\n"
           f"    ({ol['throughput_factor']} * quantile by ({svc}) (0.5, {tok}))\n"
@@ -447,8 +452,8 @@ def alert_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
           "replicas of {{ $labels.model_name }}: one sick replica hides behind a healthy average. Check its "
           "prompts, KV cache and GPUs; restart or drain it.")
     alert("VLLMPrefixCacheHitRatioLow",
-          f"{L}:vllm_prefix_cache_hit:ratio_rate5m < {slo['prefix_cache']['min_hit_ratio']}\n"
-          f"and on ({by})\n{L}:vllm_requests_finished:rate5m > 0",
+          f"{L}:vllm_prefix_cache_hit:ratio_rate{W} < {slo['prefix_cache']['min_hit_ratio']}\n"
+          f"and on ({by})\n{L}:vllm_requests_finished:rate{W} > 0",
           "info",
           f"Low prefix-cache hit ratio on {who} ({{{{ $labels.model_name }}}})",
           "Only {{ $value | humanizePercentage }} of prompt tokens came from the prefix cache. With a fixed "
@@ -468,7 +473,7 @@ def alert_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
           "Check vLLM's log at that time.")
     alert("GPUThermalThrottling",
           f"max by ({gl}) (max_over_time(vllm_sidecar_gpu_clock_throttle_active"
-          f"{s(THERMAL)}[5m])) == 1",
+          f"{s(THERMAL)}[{W}])) == 1",
           "warning",
           f"GPU {{{{ $labels.gpu }}}} thermally throttled on {who}",
           "The GPU's clocks are held down by temperature or power brake: throughput per GPU drops. Check "
