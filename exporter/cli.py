@@ -66,6 +66,11 @@ def make_gpu_source(cfg: Config, env: Mapping[str, str], nvml=None):
     log = logging.getLogger("vllm_sidecar")
     if cfg.gpu == "none":
         return None
+    if cfg.gpu == "dcgm":
+        from .dcgm import DcgmSource
+
+        return DcgmSource(cfg.dcgm_url, cfg.pod_name, cfg.pod_namespace, timeout=cfg.vllm_timeout,
+                          max_bytes=2 * cfg.vllm_max_page_bytes)
     devices = list(cfg.gpu_devices) or visible_devices_from_env(env)
     if nvml is None:
         try:

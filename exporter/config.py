@@ -48,7 +48,11 @@ FIELDS: Tuple[Field, ...] = (
     Field("window", "float", 60.0, "sliding window of every derived rate, ratio and quantile (s)",
           lo=1, hi=3600),
     Field("gpu", "choice", "auto", "`auto`: NVML when it loads, else no GPU series; `nvml`: NVML "
-          "required (failures reported); `none`: no GPU reading", choices=("auto", "nvml", "none")),
+          "required (failures reported); `dcgm`: this pod's GPUs from the node's dcgm-exporter; `none`: "
+          "no GPU reading", choices=("auto", "nvml", "dcgm", "none")),
+    Field("dcgm_url", "str", "", "dcgm-exporter's /metrics for `--gpu dcgm`, e.g. http://$(HOST_IP):9400/metrics"),
+    Field("pod_name", "str", "", "this pod's name, for `--gpu dcgm` (downward API: metadata.name)"),
+    Field("pod_namespace", "str", "", "this pod's namespace, for `--gpu dcgm` (downward API: metadata.namespace)"),
     Field("gpu_devices", "list", [], "GPU indices or UUIDs to read; empty: those in "
           "NVIDIA_VISIBLE_DEVICES when it lists some, else every GPU NVML shows"),
     Field("vllm_timeout", "float", 0.0, "seconds one read of vLLM may take; 0: 80% of the poll "
@@ -97,6 +101,9 @@ class Config:
     poll_interval: float
     window: float
     gpu: str
+    dcgm_url: str
+    pod_name: str
+    pod_namespace: str
     gpu_devices: Tuple[str, ...]
     vllm_timeout: float
     vllm_max_page_bytes: int
@@ -276,6 +283,13 @@ def _cross_checks(cfg: Config, raw: Mapping[str, Tuple[Any, str]]) -> Config:
     elif timeout >= cfg.poll_interval:
         raise ConfigError(
             f"vllm_timeout: {timeout:g} s must be shorter than poll_interval ({cfg.poll_interval:g} s)")
+    if cfg.gpu == "dcgm":
+        for key in ("dcgm_url", "pod_name", "pod_namespace"):
+            if not getattr(cfg, key):
+                raise ConfigError(f"{key}: needed with gpu dcgm (set {env_name(key)}, see deploy/)")
+        dparts = urlsplit(cfg.dcgm_url)
+        if dparts.scheme not in ("http", "https") or not dparts.hostname:
+            raise ConfigError(f"dcgm_url: {cfg.dcgm_url!r} is not an http(s) URL with a host")
     if cfg.kv_critical_threshold < cfg.kv_warn_threshold:
         raise ConfigError("kv_critical_threshold: must not be below kv_warn_threshold")
     if cfg.vllm_bearer_token and cfg.vllm_bearer_token_file:

@@ -109,6 +109,8 @@ class _Device:
 class NvmlSource:
     """Reads the GPUs through an NVML module (real ``pynvml`` or a stand-in)."""
 
+    reasons = ("nvml_init", "nvml", "gpu_lost")
+
     def __init__(self, nvml: Any, devices: Optional[Sequence[str]] = None) -> None:
         self.nvml = nvml
         self.wanted = list(devices) if devices else None

@@ -82,7 +82,7 @@ class Sidecar:
         for reason in VLLM_REASONS:
             self.counters.errors[("vllm", reason)] = 0
         if gpu_source is not None:
-            for reason in GPU_REASONS:
+            for reason in getattr(gpu_source, "reasons", GPU_REASONS):
                 self.counters.errors[("gpu", reason)] = 0
         self.up: Dict[str, bool] = {}
         self.last_success: Dict[str, float] = {}
