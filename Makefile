@@ -34,7 +34,7 @@ test: $(VPY) deps
 
 rules: $(VPY)
 	$(VENV)/bin/vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .
-	$(VENV)/bin/vllm-sidecar-exporter dashboards --slo rules/slo.yaml --out-dir dashboards
+	$(VENV)/bin/vllm-sidecar-exporter dashboards --slo rules/slo.yaml --out-dir dashboards --k8s-out deploy/kubernetes/base/grafana-dashboards.yaml
 
 bench: $(VPY)
 	$(VPY) bench/bench_parser.py

@@ -461,12 +461,36 @@ def render_all(slo: Mapping[str, Any]) -> Dict[str, str]:
     return {f"{name}.json": json.dumps(fn(b), indent=2, sort_keys=False) + "\n" for name, fn in DASHBOARDS.items()}
 
 
+K8S_PATH = os.path.join("deploy", "kubernetes", "base", "grafana-dashboards.yaml")
+
+
+def render_configmaps(rendered: Mapping[str, str]) -> str:
+    """The dashboards as ConfigMaps labelled for Grafana's dashboard sidecar (grafana_dashboard=1)."""
+    import yaml
+
+    from .rules import _Dumper
+
+    docs = []
+    for name, text in rendered.items():
+        docs.append({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name[: -len(".json")] + "-dashboard",
+                         "labels": {"grafana_dashboard": "1", "app.kubernetes.io/name": "vllm-sidecar-exporter"},
+                         "annotations": {"grafana_folder": "vLLM"}},
+            "data": {name: text},
+        })
+    header = ("# Rendered by `vllm-sidecar-exporter dashboards --slo rules/slo.yaml --k8s-out " + K8S_PATH + "`\n"
+              "# from the same code as dashboards/*.json. Do not edit by hand.\n")
+    return header + "---\n".join(yaml.dump(d, Dumper=_Dumper, sort_keys=False, width=1000) for d in docs)
+
+
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     from .cli import OneLineParser, PROG
 
     p = OneLineParser(prog=f"{PROG} dashboards", description="Render the Grafana dashboards from an SLO file.")
     p.add_argument("--slo", metavar="FILE", help="SLO file (YAML); defaults apply to what it leaves out")
     p.add_argument("--out-dir", metavar="DIR", default="dashboards", help="where to write the JSON files (default dashboards)")
+    p.add_argument("--k8s-out", metavar="FILE", help=f"also write them as ConfigMaps for Grafana's sidecar (e.g. {K8S_PATH})")
     ns = p.parse_args(list(argv))
     try:
         slo = load_slo(ns.slo)
@@ -474,8 +498,13 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
         sys.stderr.write(f"{PROG} dashboards: error: {exc}\n")
         return 2
     os.makedirs(ns.out_dir, exist_ok=True)
-    for name, text in render_all(slo).items():
+    rendered = render_all(slo)
+    for name, text in rendered.items():
         with open(os.path.join(ns.out_dir, name), "w", encoding="utf-8") as fh:
             fh.write(text)
         sys.stderr.write(f"wrote {os.path.join(ns.out_dir, name)}\n")
+    if ns.k8s_out:
+        with open(ns.k8s_out, "w", encoding="utf-8") as fh:
+            fh.write(render_configmaps(rendered))
+        sys.stderr.write(f"wrote {ns.k8s_out}\n")
     return 0

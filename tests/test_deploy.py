@@ -1,0 +1,307 @@
+"""Deploy manifests: every overlay renders with kustomize; core objects pass kubernetes-validate
+--strict; PodMonitor, ServiceMonitor and PrometheusRule validate against prometheus-operator's
+schemas; the sidecar is locked down; the PrometheusRule and dashboard ConfigMaps hold exactly
+what rules/ and dashboards/ hold; the container and compose files are sound."""
+
+import json
+import re
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+K8S = ROOT / "deploy" / "kubernetes"
+OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir())
+K8S_VERSION = "1.30.0"
+
+
+def kustomize(path: Path) -> list:
+    if not shutil.which("kubectl"):
+        pytest.fail("kubectl is needed to render the overlays (kubectl kustomize)")
+    r = subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def rendered():
+    return {name: kustomize(K8S / "overlays" / name) for name in OVERLAYS}
+
+
+def by_kind(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_overlays_render(rendered):
+    assert set(OVERLAYS) == {"llama-8b-1gpu", "llama-70b-tp2", "servicemonitor-example"}
+    for name, docs in rendered.items():
+        kinds = sorted(d["kind"] for d in docs)
+        assert kinds.count("Deployment") == 1 and kinds.count("PrometheusRule") == 1
+        assert kinds.count("ConfigMap") == 5
+        assert all(d["metadata"].get("namespace") == "llm" for d in docs)
+        monitors = by_kind(docs, "PodMonitor") + by_kind(docs, "ServiceMonitor")
+        assert len(monitors) == 1, name
+
+
+def test_core_objects_pass_kubernetes_validate_strict(rendered):
+    import kubernetes_validate
+
+    core = {"Deployment", "Service", "ConfigMap", "HorizontalPodAutoscaler"}
+    checked = 0
+    for docs in rendered.values():
+        for d in docs:
+            if d["kind"] in core:
+                kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+                checked += 1
+    hpa = yaml.safe_load((K8S / "autoscaling" / "hpa.yaml").read_text())
+    kubernetes_validate.validate(hpa, K8S_VERSION, strict=True)
+    cm = yaml.safe_load((K8S / "autoscaling" / "prometheus-adapter-config.yaml").read_text())
+    kubernetes_validate.validate(cm, K8S_VERSION, strict=True)
+    assert checked >= 15
+
+
+def test_strict_validation_rejects_a_typo():
+    import kubernetes_validate
+
+    bad = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"},
+           "spec": {"selector": {"a": "b"}, "ports": [{"port": 80, "targetport": 8080}]}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, K8S_VERSION, strict=True)
+
+
+def _unknown_keys(given, dumped, path=""):
+    """Keys present in the manifest that the schema model did not take (pydantic ignores them)."""
+    out = []
+    if isinstance(given, dict):
+        for k, v in given.items():
+            if not isinstance(dumped, dict) or k not in dumped:
+                out.append(f"{path}.{k}")
+            else:
+                out += _unknown_keys(v, dumped[k], f"{path}.{k}")
+    elif isinstance(given, list) and isinstance(dumped, list):
+        for i, (a, b) in enumerate(zip(given, dumped)):
+            out += _unknown_keys(a, b, f"{path}[{i}]")
+    return out
+
+
+def operator_validate(doc):
+    from cloudcoil.models.prometheus_operator import v1
+
+    model = {"PodMonitor": v1.PodMonitor, "ServiceMonitor": v1.ServiceMonitor, "PrometheusRule": v1.PrometheusRule}[doc["kind"]]
+    obj = model.model_validate(doc)
+    dumped = obj.model_dump(by_alias=True, exclude_none=True, mode="json")
+    unknown = _unknown_keys(doc, dumped)
+    assert not unknown, f"{doc['kind']}: fields the CRD schema does not have: {unknown}"
+
+
+def test_monitoring_objects_validate_against_the_operator_schemas(rendered):
+    seen = set()
+    for docs in rendered.values():
+        for d in docs:
+            if d["kind"] in ("PodMonitor", "ServiceMonitor", "PrometheusRule"):
+                operator_validate(d)
+                seen.add(d["kind"])
+    assert seen == {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
+    with pytest.raises(Exception):
+        operator_validate({"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": {"name": "x"},
+                           "spec": {"selector": {}, "podMetricsEndpoints": [{"port": "m", "intervall": "15s"}]}})
+
+
+def test_sidecar_is_locked_down(rendered):
+    for name, docs in rendered.items():
+        dep = by_kind(docs, "Deployment")[0]
+        pod = dep["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False
+        side = next(c for c in pod["containers"] if c["name"] == "sidecar")
+        sc = side["securityContext"]
+        assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"]["drop"] == ["ALL"]
+        assert side["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert side["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert side["resources"]["limits"]["memory"] and side["resources"]["requests"]["cpu"]
+        env = {e["name"]: e for e in side["env"]}
+        assert env["VLLM_SIDECAR_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+        assert env["HOST_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+        assert "--gpu=dcgm" in side["args"]
+        # the sidecar's args are valid for the sidecar itself
+        from exporter import config
+
+        flags = dict(a[2:].split("=", 1) for a in side["args"])
+        config.build({k.replace("-", "_"): v for k, v in flags.items()},
+                     {"VLLM_SIDECAR_DCGM_URL": "http://10.0.0.7:9400/metrics", "VLLM_SIDECAR_POD_NAME": "p",
+                      "VLLM_SIDECAR_POD_NAMESPACE": "llm"})
+
+
+def test_70b_overlay_is_tp2_with_shm_and_a_long_load(rendered):
+    dep = by_kind(rendered["llama-70b-tp2"], "Deployment")[0]
+    pod = dep["spec"]["template"]["spec"]
+    vllm = next(c for c in pod["containers"] if c["name"] == "vllm")
+    assert "--tensor-parallel-size=2" in vllm["args"]
+    assert vllm["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert vllm["readinessProbe"]["initialDelaySeconds"] >= 120
+    assert vllm["startupProbe"]["failureThreshold"] * vllm["startupProbe"]["periodSeconds"] >= 600
+    shm = next(v for v in pod["volumes"] if v["name"] == "shm")
+    assert shm["emptyDir"]["medium"] == "Memory"
+    assert any(m["mountPath"] == "/dev/shm" for m in vllm["volumeMounts"])
+    eight = by_kind(rendered["llama-8b-1gpu"], "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert eight["resources"]["limits"]["nvidia.com/gpu"] == "1"
+
+
+def test_prometheusrule_holds_exactly_the_rules(rendered):
+    plain = yaml.safe_load((ROOT / "rules" / "vllm.rules.yml").read_text())
+    for docs in rendered.values():
+        rule = by_kind(docs, "PrometheusRule")[0]
+        assert rule["spec"]["groups"] == plain["groups"]
+
+
+def test_dashboard_configmaps_hold_exactly_the_dashboards(rendered):
+    files = {p.name: p.read_text() for p in (ROOT / "dashboards").glob("*.json")}
+    for docs in rendered.values():
+        cms = [d for d in by_kind(docs, "ConfigMap") if d["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
+        data = {}
+        for cm in cms:
+            data.update(cm["data"])
+        assert data == files
+    from exporter.dashboards import render_all, render_configmaps
+    from exporter.rules import load_slo
+
+    assert (K8S / "base" / "grafana-dashboards.yaml").read_text() == render_configmaps(
+        render_all(load_slo(str(ROOT / "rules" / "slo.yaml")))), "run `make rules`"
+
+
+def test_pod_monitor_scrapes_vllm_and_the_sidecar(rendered):
+    pm = by_kind(rendered["llama-8b-1gpu"], "PodMonitor")[0]
+    dep = by_kind(rendered["llama-8b-1gpu"], "Deployment")[0]
+    ports = {p["name"] for c in dep["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
+    assert {e["port"] for e in pm["spec"]["podMetricsEndpoints"]} == {"http", "metrics"} <= ports | {"http", "metrics"}
+    assert pm["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    sm = by_kind(rendered["servicemonitor-example"], "ServiceMonitor")[0]
+    svc = next(s for s in by_kind(rendered["servicemonitor-example"], "Service") if s["metadata"]["name"] == "vllm-metrics")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert {p["name"] for p in svc["spec"]["ports"]} == {e["port"] for e in sm["spec"]["endpoints"]}
+
+
+def test_keda_scaledobject_uses_the_same_signals():
+    so = yaml.safe_load((K8S / "autoscaling" / "keda-scaledobject.yaml").read_text())
+    queries = [t["metadata"]["query"] for t in so["spec"]["triggers"]]
+    assert any("vllm:num_requests_waiting" in q for q in queries)
+    assert any("vllm_sidecar_kv_cache_pressure_level" in q for q in queries)
+
+
+# -- the container --------------------------------------------------------------------------------
+
+def test_dockerfile_is_slim_pinned_non_root_exec_form():
+    text = (ROOT / "Dockerfile").read_text()
+    froms = re.findall(r"^FROM (\S+)", text, re.M)
+    assert froms and all(re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+( AS \w+)?", f) or "slim" in f for f in froms)
+    user = re.findall(r"^USER (\S+)", text, re.M)
+    assert user and user[-1].split(":")[0] not in ("root", "0")
+    entry = re.search(r"^ENTRYPOINT (.+)$", text, re.M).group(1)
+    assert json.loads(entry) == ["vllm-sidecar-exporter"]  # exec form
+    assert re.search(r"^HEALTHCHECK .*\n?.*CMD \[", text, re.M) and "/healthz" in text
+    assert "requirements.lock" in text
+
+
+def test_lock_pins_every_runtime_dependency():
+    pins = {}
+    for line in (ROOT / "deploy" / "docker" / "requirements.lock").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[name.lower().replace("_", "-")] = version
+    project = ["prometheus-client", "nvidia-ml-py", "requests", "pyyaml"]
+    todo, seen = list(project), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        assert name in pins, f"{name} is not pinned in requirements.lock"
+        for req in metadata.requires(name) or []:
+            if "extra ==" in req:
+                continue
+            dep = re.split(r"[<>=!~;\[ ]", req, 1)[0].lower().replace("_", "-")
+            todo.append(dep)
+    assert set(pins) == seen, f"pinned but unused: {set(pins) - seen}"
+
+
+# -- the local stack ------------------------------------------------------------------------------
+
+def test_compose_stack_files_exist_and_configs_validate(tmp_path):
+    compose_dir = ROOT / "deploy" / "compose"
+    compose = yaml.safe_load((compose_dir / "compose.yaml").read_text())
+    services = compose["services"]
+    assert {"vllm", "vllm-cpu", "sidecar", "prometheus", "alertmanager", "grafana"} <= set(services)
+    for svc in services.values():
+        for vol in svc.get("volumes", []):
+            src = vol.split(":")[0]
+            if src.startswith("."):
+                assert (compose_dir / src).exists(), src
+    assert services["sidecar"]["build"]["dockerfile"] == "Dockerfile"
+    assert (compose_dir / services["sidecar"]["build"]["context"] / "Dockerfile").exists()
+    # Prometheus' config, checked by promtool with the rule file it mounts
+    prom = yaml.safe_load((compose_dir / "prometheus" / "prometheus.yml").read_text())
+    prom["rule_files"] = [str(ROOT / "rules" / "vllm.rules.yml")]
+    f = tmp_path / "prometheus.yml"
+    f.write_text(yaml.safe_dump(prom))
+    if shutil.which("promtool"):
+        r = subprocess.run(["promtool", "check", "config", str(f)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+    if shutil.which("amtool"):
+        am = [v for v in services["alertmanager"]["volumes"] if "alertmanager.yml" in v][0].split(":")[0]
+        r = subprocess.run(["amtool", "check-config", str(compose_dir / am)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+    ds = yaml.safe_load((compose_dir / "grafana" / "provisioning" / "datasources" / "prometheus.yaml").read_text())
+    assert ds["datasources"][0]["type"] == "prometheus"
+    dp = yaml.safe_load((compose_dir / "grafana" / "provisioning" / "dashboards" / "vllm.yaml").read_text())
+    assert dp["providers"][0]["options"]["path"]
+
+
+@pytest.mark.prometheus
+def test_prometheus_adapter_queries_return_per_pod_values(tmp_path):
+    """The adapter's queries, filled the way prometheus-adapter fills them, against a real Prometheus
+    scraping the sidecar and a vLLM stand-in serving a real page."""
+    from exporter import pagetransform as pt
+    from exporter.localstack import SidecarThread, Stack, wait_until
+    from exporter.pageserver import PageServer
+    from conftest import page
+
+    base = page("after_pressure.txt")
+    n = [0]
+
+    def script():
+        n[0] += 1
+        text = pt.scale_counters(base, 1 + 0.02 * n[0])
+        text = pt.set_values(text, {"vllm:num_requests_waiting": 6, "vllm:kv_cache_usage_perc": 0.97})
+        return pt.set_values(text, {"vllm:num_requests_waiting_by_reason": 6}, 'reason="capacity"')
+
+    vllm = PageServer(script).start()
+    sidecar = SidecarThread({"vllm_url": vllm.url, "poll_interval": 0.5, "window": 5, "gpu": "none"})
+    cfg = yaml.safe_load(yaml.safe_load((K8S / "autoscaling" / "prometheus-adapter-config.yaml").read_text())["data"]["config.yaml"])
+    labels = {"namespace": "llm", "pod": "vllm-0"}
+    try:
+        with Stack(tmp_path) as st:
+            st.start_prometheus([{"job": "vllm", "address": f"127.0.0.1:{vllm.port}", "labels": labels},
+                                 {"job": "vllm-sidecar", "address": sidecar.address, "labels": labels}], [])
+            wait_until(st.targets_up, 30, what="targets up", diag=st.diag)
+            wait_until(lambda: st.query("vllm_sidecar_kv_cache_pressure_level"), 20, what="sidecar data", diag=st.diag)
+            got = {}
+            for rule in cfg["rules"]:
+                assert st.query(rule["seriesQuery"]), rule["seriesQuery"]
+                q = (rule["metricsQuery"].replace("<<.LabelMatchers>>", 'namespace="llm",pod=~"vllm-0|vllm-1"')
+                     .replace("<<.GroupBy>>", "pod"))
+                res = st.query(q)
+                assert [r["metric"] for r in res] == [{"pod": "vllm-0"}], q
+                got[rule["name"]["as"]] = float(res[0]["value"][1])
+            assert got["vllm_requests_waiting"] == pytest.approx(6)
+            assert got["vllm_kv_pressure_level"] == 2  # waiting for capacity: saturated
+    finally:
+        sidecar.close()
+        vllm.stop()
