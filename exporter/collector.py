@@ -164,22 +164,15 @@ def gpu_families(state) -> List[Metric]:
     for g in state.gpus:
         info.add_metric([str(g.index), g.uuid, g.name, state.driver_version], 1)
     out.append(info)
-    for attr, name, doc in _GPU_GAUGES:
-        fam = _gauge(name, doc, labels)
-        for g in state.gpus:
-            v = getattr(g, attr)
-            if v is not None:
-                fam.add_metric([str(g.index), g.uuid], v)
-        if fam.samples:
-            out.append(fam)
-    for attr, name, doc in _GPU_COUNTERS:
-        fam = _counter(name, doc, labels)
-        for g in state.gpus:
-            v = getattr(g, attr)
-            if v is not None:
-                fam.add_metric([str(g.index), g.uuid], v)
-        if fam.samples:
-            out.append(fam)
+    for make, table in ((_gauge, _GPU_GAUGES), (_counter, _GPU_COUNTERS)):
+        for attr, name, doc in table:
+            fam = make(name, doc, labels)
+            for g in state.gpus:
+                v = getattr(g, attr)
+                if v is not None:  # unsupported values are left out, not reported as 0
+                    fam.add_metric([str(g.index), g.uuid], v)
+            if fam.samples:
+                out.append(fam)
     ecc = _counter("gpu_ecc_errors", "ECC memory errors since the GPU was installed (NVML aggregate counts), by type.",
                    labels + ["type"])
     for g in state.gpus:

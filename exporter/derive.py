@@ -182,6 +182,18 @@ def engine_stalled(snaps: Sequence[Snapshot], now: float, stall_seconds: float, 
     return (inc or 0.0) <= 0
 
 
+def counter_ratio(latest: Snapshot, incs, model: str, num: str, den: str, legacy_gauge: str) -> Optional[float]:
+    """Increase of ``num`` over increase of ``den`` in the window; on releases that only had a
+    lifetime ratio gauge, that gauge; None when neither is there or nothing was counted."""
+    if latest.present(num) and latest.present(den):
+        d = sum_counters(incs, den, model) or 0.0
+        return (sum_counters(incs, num, model) or 0.0) / d if d > 0 else None
+    if latest.present(legacy_gauge):
+        vals = gauge_values(latest, legacy_gauge, model)
+        return max(vals) if vals else None
+    return None
+
+
 def derive_model(mi: ModelInputs, cfg: Config, window_snaps: Sequence[Snapshot]) -> List[Point]:
     m, span, incs, hincs, latest = mi.model, mi.span, mi.incs, mi.hincs, mi.latest
     lab = {"model_name": m}
@@ -271,20 +283,10 @@ def derive_model(mi: ModelInputs, cfg: Config, window_snaps: Sequence[Snapshot])
             add("long_prompt_request_ratio", long_count / plen.count)
 
     # caches and speculative decoding
-    if latest.present("prefix_cache_queries") and latest.present("prefix_cache_hits"):
-        q = sum_counters(incs, "prefix_cache_queries", m) or 0.0
-        if q > 0:
-            add("prefix_cache_hit_ratio", (sum_counters(incs, "prefix_cache_hits", m) or 0.0) / q)
-    elif latest.present("prefix_cache_hit_rate_legacy"):
-        vals = gauge_values(latest, "prefix_cache_hit_rate_legacy", m)
-        add("prefix_cache_hit_ratio", max(vals) if vals else None)
-    if latest.present("spec_draft_tokens") and latest.present("spec_accepted_tokens"):
-        d = sum_counters(incs, "spec_draft_tokens", m) or 0.0
-        if d > 0:
-            add("spec_decode_acceptance_ratio", (sum_counters(incs, "spec_accepted_tokens", m) or 0.0) / d)
-    elif latest.present("spec_acceptance_legacy"):
-        vals = gauge_values(latest, "spec_acceptance_legacy", m)
-        add("spec_decode_acceptance_ratio", max(vals) if vals else None)
+    add("prefix_cache_hit_ratio",
+        counter_ratio(latest, incs, m, "prefix_cache_hits", "prefix_cache_queries", "prefix_cache_hit_rate_legacy"))
+    add("spec_decode_acceptance_ratio",
+        counter_ratio(latest, incs, m, "spec_accepted_tokens", "spec_draft_tokens", "spec_acceptance_legacy"))
     return out
 
 
