@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.prometheus]
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "tiny-llama"
+WINDOW = 20  # the sidecar's window; phase 1 compares over the same span (a CPU vLLM is bursty)
 
 # Thresholds scaled to the test server's 9,600-token KV cache, whose usage swings between 0.4 and
 # 0.99 under load as requests finish in waves; the rules are the pack's own.
@@ -184,7 +185,7 @@ def test_real_vllm_end_to_end(tmp_path):
 
     try:
         vllm.start()
-        sidecar = SidecarThread({"vllm_url": vllm.url, "poll_interval": 1, "window": 10, "gpu": "none",
+        sidecar = SidecarThread({"vllm_url": vllm.url, "poll_interval": 1, "window": WINDOW, "gpu": "none",
                                  "kv_warn_threshold": 0.85, "kv_critical_threshold": 0.9, "stall_seconds": 10})
         labels = {"namespace": "e2e", "pod": "vllm-0"}
         stack.start_prometheus([{"job": "vllm", "address": f"127.0.0.1:{vllm.port}", "labels": labels},
@@ -196,20 +197,23 @@ def test_real_vllm_end_to_end(tmp_path):
         load = Load(vllm).add(4, 100, 32)
         loads.append(load)
         time.sleep(15)  # steady traffic
-        # measure vLLM's own counter over the same 10 s as the sidecar's window and PromQL's range
+        # vLLM's own counter over the same span as the sidecar's window and PromQL's range
         m1, t1 = vllm.metrics(), time.time()
-        time.sleep(10)
+        time.sleep(WINDOW)
         m2, t2 = vllm.metrics(), time.time()
         pub = sidecar.sidecar.published  # its window ends at its last poll, at most 1 s ago
         counter_rate = (sample(m2, "vllm:generation_tokens_total") - sample(m1, "vllm:generation_tokens_total")) / (t2 - t1)
         side_rate = value(pub, "generation_tokens_per_second", model_name=MODEL)
-        prom_rate = float(stack.query('sum(rate(vllm:generation_tokens_total{pod="vllm-0"}[10s]))', at=pub.t)[0]["value"][1])
-        assert counter_rate > 0 and side_rate is not None, (load.done, load.errors)
-        assert side_rate == pytest.approx(counter_rate, rel=0.3), (side_rate, counter_rate, pub.t - t2)
-        assert side_rate == pytest.approx(prom_rate, rel=0.3), (side_rate, prom_rate)
+        prom_rate = float(stack.query(f'sum(rate(vllm:generation_tokens_total{{pod="vllm-0"}}[{WINDOW}s]))',
+                                      at=pub.t)[0]["value"][1])
+        info = dict(sidecar=side_rate, counter=counter_rate, promql=prom_rate, lag=round(t2 - pub.t, 2),
+                    requests=load.done, errors=load.errors)
+        assert counter_rate > 0 and side_rate is not None, info
+        assert side_rate == pytest.approx(counter_rate, rel=0.3), info
+        assert side_rate == pytest.approx(prom_rate, rel=0.3), info
         side_p95 = value(pub, "ttft_seconds", model_name=MODEL, quantile="0.95")
         prom_p95 = float(stack.query('histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket'
-                                     '{pod="vllm-0"}[10s])))', at=pub.t)[0]["value"][1])
+                                     f'{{pod="vllm-0"}}[{WINDOW}s])))', at=pub.t)[0]["value"][1])
         assert side_p95 is not None and side_p95 == pytest.approx(prom_p95, rel=0.5), (side_p95, prom_p95)
         side_kv = value(pub, "kv_cache_usage_ratio", model_name=MODEL)
         assert side_kv is not None and abs(side_kv - sample(vllm.metrics(), "vllm:kv_cache_usage_perc")) < 0.3
