@@ -488,10 +488,11 @@ def alert_rules(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
 
 
 def render_groups(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
-    return [
-        {"name": "vllm-sidecar-exporter.recording", "rules": recording_rules(slo)},
-        {"name": "vllm-sidecar-exporter.alerts", "rules": alert_rules(slo)},
-    ]
+    """One group: recording rules first, then the alerts that read them. Rules of a group are
+    evaluated in order at the same timestamp, so an alert always reads this evaluation's recorded
+    values; across two groups it could read the previous interval's (and promtool's results would
+    depend on which group ran first)."""
+    return [{"name": "vllm-sidecar-exporter", "rules": recording_rules(slo) + alert_rules(slo)}]
 
 
 class _Dumper(yaml.SafeDumper):
