@@ -140,3 +140,14 @@ def test_demo_command_shows_the_signals_and_a_summary():
     assert "scenario stall" in text and "/22s" in text
     assert "engine      stalled: YES" in text
     assert "engine stalled" in text.split("What the sidecar flagged")[1]
+
+
+@pytest.mark.prometheus
+def test_demo_with_prometheus_shows_alerts_firing():
+    out = io.StringIO()
+    rc = run_demo("stall", duration=50, onset=3, listen="127.0.0.1:0", with_prometheus=True, refresh=5, tty=False, out=out)
+    text = out.getvalue()
+    assert rc == 0
+    assert "alerts      firing:" in text
+    fired = text.split("Alerts that fired:")[1]
+    assert "VLLMEngineStalled" in fired, text[-2500:]
