@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 from . import __version__
 from . import config as config_mod

@@ -11,10 +11,9 @@ the command line turns it into exit status 2.
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass, fields as dc_fields
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml

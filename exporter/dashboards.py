@@ -24,8 +24,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from .config import ConfigError
-from .rules import load_slo
+from .rules import parse_slo_command
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 TAG = "vllm-sidecar-exporter"
@@ -485,17 +484,14 @@ def render_configmaps(rendered: Mapping[str, str]) -> str:
 
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    from .cli import OneLineParser, PROG
+    def add(p) -> None:
+        p.add_argument("--out-dir", metavar="DIR", default="dashboards",
+                       help="where to write the JSON files (default dashboards)")
+        p.add_argument("--k8s-out", metavar="FILE",
+                       help=f"also write them as ConfigMaps for Grafana's sidecar (e.g. {K8S_PATH})")
 
-    p = OneLineParser(prog=f"{PROG} dashboards", description="Render the Grafana dashboards from an SLO file.")
-    p.add_argument("--slo", metavar="FILE", help="SLO file (YAML); defaults apply to what it leaves out")
-    p.add_argument("--out-dir", metavar="DIR", default="dashboards", help="where to write the JSON files (default dashboards)")
-    p.add_argument("--k8s-out", metavar="FILE", help=f"also write them as ConfigMaps for Grafana's sidecar (e.g. {K8S_PATH})")
-    ns = p.parse_args(list(argv))
-    try:
-        slo = load_slo(ns.slo)
-    except ConfigError as exc:
-        sys.stderr.write(f"{PROG} dashboards: error: {exc}\n")
+    ns, slo = parse_slo_command("dashboards", "Render the Grafana dashboards from an SLO file.", argv, add)
+    if slo is None:
         return 2
     os.makedirs(ns.out_dir, exist_ok=True)
     rendered = render_all(slo)

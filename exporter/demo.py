@@ -10,8 +10,6 @@ and shows the alerts as they go pending and fire.
 
 from __future__ import annotations
 
-import argparse
-import os
 import shutil
 import signal
 import sys

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Set
 
 import pynvml as _real
 

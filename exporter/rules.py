@@ -14,7 +14,6 @@ Prometheus 2.42 and 3.x both run, and that Thanos and Mimir rulers run, is used.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import math
 import os
@@ -547,20 +546,32 @@ def write_all(slo: Dict[str, Any], out_dir: str) -> List[str]:
     return written
 
 
-def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
+def parse_slo_command(sub: str, description: str, argv: Sequence[str], add_arguments) -> Tuple[Any, Optional[Dict[str, Any]]]:
+    """The shared front of the `rules` and `dashboards` subcommands: parse their flags (``--slo``
+    plus what ``add_arguments(parser)`` adds) and load the SLO file. The SLO is None after a
+    one-line error on stderr (the caller exits 2)."""
     from .cli import OneLineParser, PROG
 
-    p = OneLineParser(prog=f"{PROG} rules", description="Render the alerting pack from an SLO file.")
+    p = OneLineParser(prog=f"{PROG} {sub}", description=description)
     p.add_argument("--slo", metavar="FILE", help="SLO file (YAML); defaults apply to what it leaves out")
-    p.add_argument("--out-dir", metavar="DIR",
-                   help=f"write {PLAIN_PATH} and {OPERATOR_PATH} under DIR; without it, print the plain rule file")
-    p.add_argument("--format", choices=("prometheus", "operator"), default="prometheus",
-                   help="what to print without --out-dir")
+    add_arguments(p)
     ns = p.parse_args(list(argv))
     try:
-        slo = load_slo(ns.slo)
+        return ns, load_slo(ns.slo)
     except ConfigError as exc:
-        sys.stderr.write(f"{PROG} rules: error: {exc}\n")
+        sys.stderr.write(f"{PROG} {sub}: error: {exc}\n")
+        return ns, None
+
+
+def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    def add(p) -> None:
+        p.add_argument("--out-dir", metavar="DIR",
+                       help=f"write {PLAIN_PATH} and {OPERATOR_PATH} under DIR; without it, print the plain rule file")
+        p.add_argument("--format", choices=("prometheus", "operator"), default="prometheus",
+                       help="what to print without --out-dir")
+
+    ns, slo = parse_slo_command("rules", "Render the alerting pack from an SLO file.", argv, add)
+    if slo is None:
         return 2
     if ns.out_dir:
         for path in write_all(slo, ns.out_dir):

@@ -23,12 +23,12 @@ import re
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
-from typing import Callable, Deque, Dict, List, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Tuple
 
 from . import pagetransform as pt
-from .exposition import format_float, parse
+from .exposition import parse
 from .fakenvml import FakeGpu
 
 TEMPLATE_NAME = "vllm-0.32.0-metrics.txt"

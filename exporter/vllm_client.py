@@ -12,7 +12,7 @@ Every failure becomes ``FetchError`` with a short ``reason`` (the label value of
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 import requests
 from requests.adapters import HTTPAdapter

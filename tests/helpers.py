@@ -1,11 +1,11 @@
 """Small helpers shared by the tests."""
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 from exporter import config
 from exporter.derive import Point
 from exporter.exposition import parse
-from exporter.sidecar import Published, Sidecar
+from exporter.sidecar import Sidecar
 from exporter.vllm_inputs import Snapshot, normalize
 
 

@@ -1,14 +1,11 @@
 """The rendered pack: committed files equal the defaults rendered, promtool accepts them, and
 every metric they read exists in real vLLM output or the sidecar's."""
 
-import re
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
-from exporter import pagetransform as pt
 from exporter import rules as rules_mod
 from exporter.config import ConfigError
 from exporter.exposition import parse
@@ -88,7 +85,7 @@ def test_le_for_matches_vllm_bucket_strings():
 
 # -- every name a rule reads exists --------------------------------------------------------------
 
-from promql_names import known_names, metric_names, sidecar_output_names  # noqa: E402
+from promql_names import known_names, metric_names  # noqa: E402
 
 
 def test_every_metric_a_rule_reads_exists_in_real_output():

@@ -11,7 +11,7 @@ from exporter.exposition import parse
 from exporter.fakenvml import FakeNvml, make_gpus
 from exporter.gpu import NvmlSource
 from exporter.sidecar import Sidecar
-from exporter.simulate import SCENARIOS, SimVllm, template_page
+from exporter.simulate import SimVllm, template_page
 from exporter.vllm_inputs import normalize
 from conftest import page
 from helpers import value

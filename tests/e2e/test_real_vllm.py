@@ -20,7 +20,6 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
