@@ -2,11 +2,11 @@
 
 from typing import Optional, Sequence, Tuple
 
-from exporter import config
-from exporter.derive import Point
-from exporter.exposition import parse
-from exporter.sidecar import Sidecar
-from exporter.vllm_inputs import Snapshot, normalize
+from exporter.runtime import config
+from exporter.runtime.signals import Point
+from exporter.runtime.parser import parse
+from exporter.runtime.sidecar import Sidecar
+from exporter.runtime.inputs import Snapshot, normalize
 
 
 def cfg(**kw):

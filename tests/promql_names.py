@@ -4,8 +4,8 @@ import re
 
 import yaml
 
-from exporter import pagetransform as pt
-from exporter.exposition import parse
+from exporter.harness import pagetransform as pt
+from exporter.runtime.parser import parse
 from conftest import ROOT, VLLM_PAGES
 
 _FUNCS = {"sum", "max", "min", "avg", "count", "rate", "increase", "deriv", "histogram_quantile", "quantile",
@@ -32,11 +32,11 @@ def metric_names(expr: str) -> set:
 
 def sidecar_output_names():
     """Every name the sidecar serves, from a real run on real pages with a stand-in GPU."""
-    from exporter import config
-    from exporter.collector import build_families
-    from exporter.fakenvml import FakeNvml, make_gpus
-    from exporter.gpu import NvmlSource
-    from exporter.sidecar import Sidecar
+    from exporter.runtime import config
+    from exporter.runtime.collectors import build_families
+    from exporter.harness.fakenvml import FakeNvml, make_gpus
+    from exporter.runtime.nvml import NvmlSource
+    from exporter.runtime.sidecar import Sidecar
 
     gpus = make_gpus(1)
     gpus[0].utilization_percent = 95
@@ -74,7 +74,7 @@ def known_names():
     only_when_enabled = {"vllm:corrupted_requests_total"}
     # derived signals the sidecar declares but emits only when vLLM has the inputs (speculative
     # decoding is off on the captured servers)
-    from exporter.collector import DERIVED
+    from exporter.runtime.collectors import DERIVED
 
     declared = {"vllm_sidecar_" + n for n in DERIVED}
     return real | sidecar_output_names() | recorded | only_when_enabled | declared

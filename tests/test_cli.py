@@ -11,9 +11,9 @@ import urllib.request
 
 import pytest
 
-from exporter import config
-from exporter.config import ConfigError
-from exporter.pageserver import PageServer
+from exporter.runtime import config
+from exporter.runtime.config import ConfigError
+from exporter.harness.pageserver import PageServer
 from conftest import ROOT, page
 
 

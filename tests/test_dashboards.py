@@ -7,12 +7,12 @@ import subprocess
 import pytest
 import yaml
 
-from exporter import dashboards as dash_mod
-from exporter import pagetransform as pt
-from exporter.fakenvml import FakeNvml, make_gpus
-from exporter.localstack import SidecarThread, Stack, wait_until
-from exporter.pageserver import PageServer
-from exporter.rules import load_slo
+from exporter.pack import dashboards as dash_mod
+from exporter.harness import pagetransform as pt
+from exporter.harness.fakenvml import FakeNvml, make_gpus
+from exporter.harness.localstack import SidecarThread, Stack, wait_until
+from exporter.harness.pageserver import PageServer
+from exporter.slo import load_slo
 from conftest import ROOT, page
 from promql_names import known_names, metric_names
 

@@ -2,13 +2,14 @@
 
 import pytest
 
-from exporter import config, pagetransform as pt
-from exporter.collector import build_families
-from exporter.config import ConfigError
-from exporter.dcgm import DcgmSource
-from exporter.gpu import GpuUnavailable
-from exporter.pageserver import PageServer
-from exporter.sidecar import Sidecar
+from exporter.harness import pagetransform as pt
+from exporter.runtime import config
+from exporter.runtime.collectors import build_families
+from exporter.runtime.config import ConfigError
+from exporter.runtime.dcgm import DcgmSource
+from exporter.runtime.gpu import GpuUnavailable
+from exporter.harness.pageserver import PageServer
+from exporter.runtime.sidecar import Sidecar
 from conftest import FIXTURES, page
 from helpers import PageSequence
 
@@ -69,7 +70,7 @@ def test_through_the_sidecar_and_a_real_http_server(clock):
     dcgm = PageServer(lambda: NODE).start()
     cfg = config.build({"gpu": "dcgm", "dcgm_url": dcgm.url + "/metrics", "pod_name": POD, "pod_namespace": NS,
                         "poll_interval": 1, "window": 10}, {})
-    from exporter.cli import make_gpu_source
+    from exporter.runtime.app import make_gpu_source
 
     src = make_gpu_source(cfg, {})
     assert isinstance(src, DcgmSource)

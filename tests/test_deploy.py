@@ -131,7 +131,7 @@ def test_sidecar_is_locked_down(rendered):
         assert env["HOST_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
         assert "--gpu=dcgm" in side["args"]
         # the sidecar's args are valid for the sidecar itself
-        from exporter import config
+        from exporter.runtime import config
 
         flags = dict(a[2:].split("=", 1) for a in side["args"])
         config.build({k.replace("-", "_"): v for k, v in flags.items()},
@@ -169,8 +169,8 @@ def test_dashboard_configmaps_hold_exactly_the_dashboards(rendered):
         for cm in cms:
             data.update(cm["data"])
         assert data == files
-    from exporter.dashboards import render_all, render_configmaps
-    from exporter.rules import load_slo
+    from exporter.pack.dashboards import render_all, render_configmaps
+    from exporter.slo import load_slo
 
     assert (K8S / "base" / "grafana-dashboards.yaml").read_text() == render_configmaps(
         render_all(load_slo(str(ROOT / "rules" / "slo.yaml")))), "run `make rules`"
@@ -268,9 +268,9 @@ def test_compose_stack_files_exist_and_configs_validate(tmp_path):
 def test_prometheus_adapter_queries_return_per_pod_values(tmp_path):
     """The adapter's queries, filled the way prometheus-adapter fills them, against a real Prometheus
     scraping the sidecar and a vLLM stand-in serving a real page."""
-    from exporter import pagetransform as pt
-    from exporter.localstack import SidecarThread, Stack, wait_until
-    from exporter.pageserver import PageServer
+    from exporter.harness import pagetransform as pt
+    from exporter.harness.localstack import SidecarThread, Stack, wait_until
+    from exporter.harness.pageserver import PageServer
     from conftest import page
 
     base = page("after_pressure.txt")

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from exporter import pagetransform as pt
-from exporter.derive import Baseline, busy_low_points, derive, engine_stalled, kv_pressure_level, percentile, seconds_to_full
-from exporter.windows import count_at_or_below, histogram_quantile
+from exporter.harness import pagetransform as pt
+from exporter.runtime.signals import Baseline, busy_low_points, derive, engine_stalled, kv_pressure_level, percentile, seconds_to_full
+from exporter.runtime.windows import count_at_or_below, histogram_quantile
 from helpers import cfg, names, sample_value, snap, value
 
 M = "tiny-llama"

@@ -6,7 +6,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import VLLM_PAGES
-from exporter.exposition import Parser, format_float, parse
+from exporter.runtime.parser import Parser, format_float, parse
 
 REAL_PAGES = sorted(p.name for p in VLLM_PAGES.glob("*.txt"))
 # sample counts of the real pages, as prometheus_client reads them

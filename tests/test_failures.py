@@ -6,11 +6,12 @@ import urllib.request
 
 import pytest
 
-from exporter import config, pagetransform as pt
-from exporter.cli import run_sidecar
-from exporter.exposition import parse
-from exporter.pageserver import PageServer
-from exporter.vllm_client import FetchError, VllmClient
+from exporter.harness import pagetransform as pt
+from exporter.runtime import config
+from exporter.runtime.app import run_sidecar
+from exporter.runtime.parser import parse
+from exporter.harness.pageserver import PageServer
+from exporter.runtime.fetch import FetchError, PageFetcher as VllmClient
 from conftest import page
 
 BASE = page("after_load.txt")

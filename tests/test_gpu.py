@@ -3,11 +3,12 @@
 import pynvml
 import pytest
 
-from exporter.cli import make_gpu_source
-from exporter.collector import build_families
-from exporter.fakenvml import FakeNvml, make_gpus
-from exporter.gpu import GpuUnavailable, NvmlSource, visible_devices_from_env
-from exporter.sidecar import Published
+from exporter.runtime.app import make_gpu_source
+from exporter.runtime.collectors import build_families
+from exporter.harness.fakenvml import FakeNvml, make_gpus
+from exporter.runtime.gpu import GpuUnavailable
+from exporter.runtime.nvml import NvmlSource, visible_devices_from_env
+from exporter.runtime.state import Published
 from helpers import cfg
 
 

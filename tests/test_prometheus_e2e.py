@@ -3,12 +3,13 @@ evaluates the rendered rules, and a real Alertmanager (the example config) deliv
 
 import pytest
 
-from exporter import pagetransform as pt
-from exporter import rules as rules_mod
-from exporter.fakenvml import FakeNvml, make_gpus
-from exporter.pageserver import PageServer
+from exporter.harness import pagetransform as pt
+from exporter.pack import rules as rules_mod
+from exporter.slo import load_slo
+from exporter.harness.fakenvml import FakeNvml, make_gpus
+from exporter.harness.pageserver import PageServer
 from conftest import ROOT, page
-from exporter.localstack import SidecarThread, Stack, wait_until
+from exporter.harness.localstack import SidecarThread, Stack, wait_until
 
 pytestmark = pytest.mark.prometheus
 
@@ -36,7 +37,7 @@ def test_alert_goes_pending_firing_and_reaches_alertmanager(tmp_path):
     slo = tmp_path / "slo.yaml"
     slo.write_text("for: {VLLMKVCacheExhausted: 4s, VLLMTargetDown: 3s}\n")
     rules_file = tmp_path / "vllm.rules.yml"
-    rules_file.write_text(rules_mod.render_plain(rules_mod.load_slo(str(slo))))
+    rules_file.write_text(rules_mod.render_plain(load_slo(str(slo))))
     script = Script()
     vllm = PageServer(script).start()
     gpus = make_gpus(2)

@@ -1,7 +1,7 @@
 """The README documents every flag and every metric the sidecar can serve."""
 
-from exporter.collector import DERIVED, POD_DERIVED, _GPU_COUNTERS, _GPU_GAUGES
-from exporter.config import FIELDS, env_name, flag_name
+from exporter.runtime.collectors import DERIVED, POD_DERIVED, _GPU_COUNTERS, _GPU_GAUGES
+from exporter.runtime.config import FIELDS, env_name, flag_name
 from conftest import ROOT
 
 README = (ROOT / "README.md").read_text()

@@ -6,17 +6,18 @@ import subprocess
 import pytest
 import yaml
 
-from exporter import rules as rules_mod
-from exporter.config import ConfigError
-from exporter.exposition import parse
+from exporter.pack import rules as rules_mod
+from exporter.slo import load_slo
+from exporter.runtime.config import ConfigError
+from exporter.runtime.parser import parse
 from conftest import ROOT, VLLM_PAGES
 
 SLO = ROOT / "rules" / "slo.yaml"
 
 
 def test_committed_files_are_the_defaults_rendered(tmp_path):
-    slo = rules_mod.load_slo(str(SLO))
-    assert slo == rules_mod.load_slo(None), "rules/slo.yaml must hold the defaults"
+    slo = load_slo(str(SLO))
+    assert slo == load_slo(None), "rules/slo.yaml must hold the defaults"
     for rel, text in ((rules_mod.PLAIN_PATH, rules_mod.render_plain(slo)),
                       (rules_mod.OPERATOR_PATH, rules_mod.render_operator(slo))):
         committed = (ROOT / rel).read_text()
@@ -49,7 +50,7 @@ def test_slo_changes_reach_the_rules(tmp_path):
     f = tmp_path / "slo.yaml"
     f.write_text('selector: \'namespace="prod"\'\nobjectives: {ttft_p95_seconds: 2}\nlong_prompt: {tokens: 8000}\n'
                  'for: {VLLMKVCacheExhausted: 30s}\navailability_sli: engine\n')
-    text = rules_mod.render_plain(rules_mod.load_slo(str(f)))
+    text = rules_mod.render_plain(load_slo(str(f)))
     assert 'vllm:kv_cache_usage_perc{namespace="prod"}' in text
     assert 'le="10000.0"' in text
     assert '{quantile="0.95"} > 2' in text
@@ -69,7 +70,7 @@ def test_bad_slo_files_are_refused(tmp_path, body, needle):
     f = tmp_path / "slo.yaml"
     f.write_text(body)
     with pytest.raises(ConfigError) as e:
-        rules_mod.load_slo(str(f))
+        load_slo(str(f))
     assert needle in str(e.value)
 
 

@@ -2,11 +2,11 @@
 
 import pytest
 
-from exporter import pagetransform as pt
-from exporter.collector import DERIVED, POD_DERIVED, build_families
-from exporter.fakenvml import FakeNvml, make_gpus
-from exporter.gpu import NvmlSource
-from exporter.vllm_client import FetchError
+from exporter.harness import pagetransform as pt
+from exporter.runtime.collectors import DERIVED, POD_DERIVED, build_families
+from exporter.harness.fakenvml import FakeNvml, make_gpus
+from exporter.runtime.nvml import NvmlSource
+from exporter.runtime.fetch import FetchError
 from helpers import cfg, sample_value, sidecar_with, value
 
 M = "tiny-llama"
@@ -126,7 +126,7 @@ def test_nvml_mode_without_library_reports_gpu_down(clock, after_load):
 
 def test_healthz_reports_a_wedged_poll_loop(clock, after_load):
     mono = [100.0]
-    from exporter.sidecar import Sidecar
+    from exporter.runtime.sidecar import Sidecar
     from helpers import PageSequence
     sc = Sidecar(cfg(poll_interval=1, window=10), PageSequence(clock, after_load), None, clock=clock,
                  monotonic=lambda: mono[0])

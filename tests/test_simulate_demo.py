@@ -5,14 +5,14 @@ import io
 
 import pytest
 
-from exporter import config
-from exporter.demo import run_demo
-from exporter.exposition import parse
-from exporter.fakenvml import FakeNvml, make_gpus
-from exporter.gpu import NvmlSource
-from exporter.sidecar import Sidecar
-from exporter.simulate import SimVllm, template_page
-from exporter.vllm_inputs import normalize
+from exporter.runtime import config
+from exporter.harness.demo import run_demo
+from exporter.runtime.parser import parse
+from exporter.harness.fakenvml import FakeNvml, make_gpus
+from exporter.runtime.nvml import NvmlSource
+from exporter.runtime.sidecar import Sidecar
+from exporter.harness.simulate import SimVllm, template_page
+from exporter.runtime.inputs import normalize
 from conftest import page
 from helpers import value
 
@@ -114,7 +114,7 @@ def test_restart_scenario_recovers_without_negative_rates():
     sim = SimVllm("restart", gpus=gpus, start=1000.0)
     sim.scenario.onset = 20
     cfg = config.build({"window": 20, "poll_interval": 1}, {})
-    from exporter.vllm_client import FetchError
+    from exporter.runtime.fetch import FetchError
 
     def fetch():
         try:

@@ -27,8 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter import rules as rules_mod
-from exporter.localstack import Process, SidecarThread, Stack, free_port, wait_until
+from exporter.pack import rules as rules_mod
+from exporter.slo import load_slo
+from exporter.harness.localstack import Process, SidecarThread, Stack, free_port, wait_until
 
 pytestmark = [pytest.mark.vllm, pytest.mark.prometheus]
 
@@ -154,7 +155,7 @@ def value(pub, name, **labels):
 
 
 def sample(text: str, name: str, **labels) -> float:
-    from exporter.exposition import parse
+    from exporter.runtime.parser import parse
 
     return sum(s.value for s in parse(text).samples
                if s.name == name and all(dict(s.labels).get(k) == v for k, v in labels.items()))
@@ -169,7 +170,7 @@ def test_real_vllm_end_to_end(tmp_path):
     slo = tmp_path / "slo.yaml"
     slo.write_text(TEST_SLO)
     rules_file = tmp_path / "vllm.rules.yml"
-    rules_file.write_text(rules_mod.render_plain(rules_mod.load_slo(str(slo))))
+    rules_file.write_text(rules_mod.render_plain(load_slo(str(slo))))
     sidecar = None
     stack = Stack(tmp_path)
     loads = []

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
-from .exposition import Page
+from .parser import Page
 
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Deque, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .config import Config
-from .vllm_inputs import Snapshot
+from .inputs import Snapshot
 from .windows import (
     by_extra,
     count_at_or_below,

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from .exposition import Parser
+from .fetch import FetchError, PageFetcher
 from .gpu import GpuReading, GpuState, GpuUnavailable
-from .vllm_client import FetchError, VllmClient
+from .parser import Parser
 
 BLANK = 9.0e18  # DCGM_INT64_BLANK and friends are just below 2**63
 
@@ -47,11 +47,11 @@ class DcgmSource:
     reasons = ("refused", "timeout", "connection", "http_5xx", "http_4xx", "parse", "too_large", "unmapped")
 
     def __init__(self, url: str, pod: str, namespace: str, timeout: float = 2.0,
-                 max_bytes: int = 16 * 1024 * 1024, client: Optional[VllmClient] = None) -> None:
+                 max_bytes: int = 16 * 1024 * 1024, client: Optional[PageFetcher] = None) -> None:
         self.url = url
         self.pod = pod
         self.namespace = namespace
-        self.client = client or VllmClient(url, timeout, max_bytes)
+        self.client = client or PageFetcher(url, timeout, max_bytes)
         self.parser = Parser()
         self._last_xid: Dict[str, float] = {}
         self._xid: Dict[Tuple[int, str, int], int] = {}

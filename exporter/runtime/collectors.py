@@ -13,7 +13,7 @@ from typing import Callable, Dict, Iterable, List, Tuple
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .gpu import THROTTLE_REASONS
-from .sidecar import Published
+from .state import Published
 
 PREFIX = "vllm_sidecar_"
 

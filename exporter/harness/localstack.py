@@ -214,8 +214,8 @@ class SidecarThread:
     """The real sidecar (``run_sidecar``) in a thread, on a free port."""
 
     def __init__(self, cfg_overrides: dict, nvml=None) -> None:
-        from exporter import config
-        from exporter.cli import run_sidecar
+        from ..runtime import config
+        from ..runtime.app import run_sidecar
 
         cfg = config.build({"listen": "127.0.0.1:0", **cfg_overrides}, {})
         self.stop_event = threading.Event()

@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.process_collector import ProcessCollector
 
-from .collector import SidecarCollector
-from .sidecar import Published
+from .collectors import SidecarCollector
+from .state import Published
 
 log = logging.getLogger("vllm_sidecar.http")
 

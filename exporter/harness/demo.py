@@ -122,37 +122,13 @@ class View:
         self.out.flush()
 
 
-def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    from .cli import OneLineParser, PROG
-
-    p = OneLineParser(prog=f"{PROG} demo", description=__doc__.splitlines()[0])
-    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="long-prompt-storm",
-                   help="what happens to the simulated replica (default: the long-prompt storm of the incident)")
-    p.add_argument("--duration", type=float, default=150.0, help="seconds to run; 0 runs until Ctrl-C (default 150)")
-    p.add_argument("--onset", type=float, default=None, help="seconds before the scenario's trouble starts (default 45)")
-    p.add_argument("--listen", default="127.0.0.1:0", help="where the sidecar serves (default: a free port)")
-    p.add_argument("--with-prometheus", action="store_true",
-                   help="also run Prometheus (and Alertmanager) with the rules pack and show the alerts")
-    p.add_argument("--refresh", type=float, default=1.0, help="seconds between screen updates")
-    p.add_argument("--plain", action="store_true", help="print updates one after another instead of redrawing")
-    ns = p.parse_args(list(argv))
-    if ns.duration < 0 or ns.refresh <= 0:
-        sys.stderr.write(f"{PROG} demo: error: --duration must be >= 0 and --refresh > 0\n")
-        return 2
-    if ns.with_prometheus and not shutil.which("prometheus"):
-        sys.stderr.write(f"{PROG} demo: error: --with-prometheus needs the prometheus binary "
-                         "(Debian: apt-get install prometheus prometheus-alertmanager)\n")
-        return 2
-    return run_demo(ns.scenario, ns.duration, ns.onset, ns.listen, ns.with_prometheus, ns.refresh,
-                    tty=sys.stdout.isatty() and not ns.plain)
-
-
 def run_demo(scenario: str, duration: float, onset: Optional[float], listen: str, with_prometheus: bool,
              refresh: float, tty: bool, out: TextIO = sys.stdout) -> int:
     from .fakenvml import FakeNvml, make_gpus
     from .localstack import SidecarThread, Stack
     from .pageserver import PageServer
-    from .rules import load_slo, render_plain
+    from ..pack.rules import render_plain
+    from ..slo import load_slo
 
     gpus = make_gpus(2)
     sim = SimVllm(scenario, gpus=gpus)
@@ -175,7 +151,7 @@ def run_demo(scenario: str, duration: float, onset: Optional[float], listen: str
         if with_prometheus:
             stack = Stack(Path(workdir))
             slo_path = Path(workdir) / "demo-slo.yaml"
-            slo_path.write_text(resources.files("exporter").joinpath("data", "demo-slo.yaml").read_text())
+            slo_path.write_text(resources.files("exporter.harness").joinpath("data", "demo-slo.yaml").read_text())
             rules_path = Path(workdir) / "vllm.rules.yml"
             rules_path.write_text(render_plain(load_slo(str(slo_path))))
             am_config = _alertmanager_example()
@@ -220,5 +196,5 @@ def run_demo(scenario: str, duration: float, onset: Optional[float], listen: str
 
 
 def _alertmanager_example() -> Optional[Path]:
-    here = Path(__file__).resolve().parent.parent / "deploy" / "alertmanager" / "alertmanager.yml"
+    here = Path(__file__).resolve().parents[2] / "deploy" / "alertmanager" / "alertmanager.yml"
     return here if here.exists() else None

@@ -1,4 +1,4 @@
-"""Reading vLLM's ``/metrics`` page over HTTP.
+"""Fetching a metrics page over HTTP: vLLM's ``/metrics``, and dcgm-exporter's for the dcgm source.
 
 One ``requests.Session`` (so one kept-alive connection) per sidecar; a total deadline per read
 that is shorter than the poll interval; a cap on the page size enforced while the body is read
@@ -29,7 +29,7 @@ class FetchError(Exception):
         self.message = message
 
 
-class VllmClient:
+class PageFetcher:
     def __init__(
         self,
         url: str,

@@ -18,11 +18,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
+from ..errors import ConfigError
+
 ENV_PREFIX = "VLLM_SIDECAR_"
-
-
-class ConfigError(ValueError):
-    """A configuration value is wrong. ``str()`` is one line naming the key."""
 
 
 @dataclass(frozen=True)

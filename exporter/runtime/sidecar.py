@@ -14,39 +14,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from . import __version__
 from .config import Config
-from .derive import Baseline, Point, derive
-from .exposition import Parser
+from .fetch import FetchError
 from .gpu import GpuState, GpuUnavailable
+from .inputs import INPUTS, Snapshot, normalize
 from .logs import StateLog
-from .vllm_client import FetchError
-from .vllm_inputs import INPUTS, Snapshot, normalize
+from .parser import Parser
+from .signals import Baseline, Point, derive
+from .state import Published
 from .windows import History, restarted
 
 log = logging.getLogger("vllm_sidecar")
 
 VLLM_REASONS = ("refused", "timeout", "connection", "http_5xx", "http_4xx", "unauthorized", "parse", "too_large")
 GPU_REASONS = ("nvml_init", "nvml", "gpu_lost")
-
-
-@dataclass(frozen=True)
-class Published:
-    """Everything one scrape shows. Never mutated after it is published."""
-
-    t: float
-    points: Tuple[Point, ...] = ()
-    up: Tuple[Tuple[str, bool], ...] = ()
-    last_success: Tuple[Tuple[str, float], ...] = ()
-    errors_total: Tuple[Tuple[Tuple[str, str], int], ...] = ()
-    input_missing: Tuple[Tuple[str, bool], ...] = ()
-    input_resolved: Tuple[Tuple[str, str], ...] = ()
-    gpu: Optional[GpuState] = None
-    malformed_lines_total: int = 0
-    vllm_restarts_total: int = 0
-    poll_seconds: Tuple[Tuple[str, float], ...] = ()
-    page_bytes: int = 0
-    version: str = __version__
 
 
 @dataclass

@@ -24,7 +24,6 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from .rules import parse_slo_command
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 TAG = "vllm-sidecar-exporter"
@@ -481,26 +480,3 @@ def render_configmaps(rendered: Mapping[str, str]) -> str:
     header = ("# Rendered by `vllm-sidecar-exporter dashboards --slo rules/slo.yaml --k8s-out " + K8S_PATH + "`\n"
               "# from the same code as dashboards/*.json. Do not edit by hand.\n")
     return header + "---\n".join(yaml.dump(d, Dumper=_Dumper, sort_keys=False, width=1000) for d in docs)
-
-
-def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    def add(p) -> None:
-        p.add_argument("--out-dir", metavar="DIR", default="dashboards",
-                       help="where to write the JSON files (default dashboards)")
-        p.add_argument("--k8s-out", metavar="FILE",
-                       help=f"also write them as ConfigMaps for Grafana's sidecar (e.g. {K8S_PATH})")
-
-    ns, slo = parse_slo_command("dashboards", "Render the Grafana dashboards from an SLO file.", argv, add)
-    if slo is None:
-        return 2
-    os.makedirs(ns.out_dir, exist_ok=True)
-    rendered = render_all(slo)
-    for name, text in rendered.items():
-        with open(os.path.join(ns.out_dir, name), "w", encoding="utf-8") as fh:
-            fh.write(text)
-        sys.stderr.write(f"wrote {os.path.join(ns.out_dir, name)}\n")
-    if ns.k8s_out:
-        with open(ns.k8s_out, "w", encoding="utf-8") as fh:
-            fh.write(render_configmaps(rendered))
-        sys.stderr.write(f"wrote {ns.k8s_out}\n")
-    return 0

@@ -28,14 +28,14 @@ from importlib import resources
 from typing import Deque, Dict, List, Optional, Tuple
 
 from . import pagetransform as pt
-from .exposition import parse
+from ..runtime.parser import parse
 from .fakenvml import FakeGpu
 
 TEMPLATE_NAME = "vllm-0.32.0-metrics.txt"
 
 
 def template_page() -> str:
-    return resources.files("exporter").joinpath("data", TEMPLATE_NAME).read_text()
+    return resources.files("exporter.harness").joinpath("data", TEMPLATE_NAME).read_text()
 
 
 @dataclass

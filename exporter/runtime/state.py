@@ -1,0 +1,34 @@
+"""The contract between the poll loop and the collectors: one immutable ``Published`` state.
+
+The poll loop builds a new ``Published`` after every poll and swaps one reference; collectors
+only ever read the latest one, so a scrape never waits on vLLM or NVML and never sees half of a
+poll.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from .. import __version__
+from .gpu import GpuState
+from .signals import Point
+
+
+@dataclass(frozen=True)
+class Published:
+    """Everything one scrape shows. Never mutated after it is published."""
+
+    t: float
+    points: Tuple[Point, ...] = ()
+    up: Tuple[Tuple[str, bool], ...] = ()
+    last_success: Tuple[Tuple[str, float], ...] = ()
+    errors_total: Tuple[Tuple[Tuple[str, str], int], ...] = ()
+    input_missing: Tuple[Tuple[str, bool], ...] = ()
+    input_resolved: Tuple[Tuple[str, str], ...] = ()
+    gpu: Optional[GpuState] = None
+    malformed_lines_total: int = 0
+    vllm_restarts_total: int = 0
+    poll_seconds: Tuple[Tuple[str, float], ...] = ()
+    page_bytes: int = 0
+    version: str = __version__
