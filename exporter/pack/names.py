@@ -1,0 +1,49 @@
+"""Names of the pack's recording rules, made in one place from the SLO file.
+
+Recording rules follow Prometheus' ``level:metric:operations`` convention. The level names the
+labels a rule keeps: per replica it is the SLO's ``replica_labels`` plus ``model`` (with the
+default ``[namespace, pod]``: ``namespace_pod_model``), per model the same without the labels
+that name one replica (``pod``, ``instance``): ``namespace_model``. Rules, alerts, dashboards and
+runbooks all take their names from here, so a different ``replica_labels`` or rate window renames
+every reference at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Mapping, Sequence
+
+REPLICA_ONLY = ("pod", "instance")
+
+
+def replica_level(replica_labels: Sequence[str]) -> str:
+    return "_".join(list(replica_labels) + ["model"])
+
+
+def model_labels(replica_labels: Sequence[str]) -> List[str]:
+    """The labels that identify a model across its replicas (replica labels less pod/instance)."""
+    return [x for x in replica_labels if x not in REPLICA_ONLY] + ["model_name"]
+
+
+def model_level(replica_labels: Sequence[str]) -> str:
+    return "_".join([x for x in replica_labels if x not in REPLICA_ONLY] + ["model"])
+
+
+class Names:
+    """Recording-rule names for one SLO: ``Names(slo).replica("vllm_generation_tokens", "rate")``
+    is ``namespace_pod_model:vllm_generation_tokens:rate5m`` with the default rate window."""
+
+    def __init__(self, slo: Mapping[str, Any]) -> None:
+        self.replica_labels = list(slo["replica_labels"])
+        self.window = slo["windows"]["rate"]
+        self.replica_prefix = replica_level(self.replica_labels)
+        self.model_prefix = model_level(self.replica_labels)
+
+    def _op(self, op: str, window: str = "") -> str:
+        # operations over a range carry their window (rate5m); instant ones (max, sum) do not
+        return f"{op}{window}" if op in ("rate", "ratio_rate", "histogram_quantile", "mean") else op
+
+    def replica(self, metric: str, op: str, window: str = "") -> str:
+        return f"{self.replica_prefix}:{metric}:{self._op(op, window or self.window)}"
+
+    def model(self, metric: str, op: str, window: str = "") -> str:
+        return f"{self.model_prefix}:{metric}:{self._op(op, window or self.window)}"
