@@ -183,3 +183,27 @@ def test_size_cap_is_enforced_while_reading(server):
     with pytest.raises(FetchError) as e:
         c.fetch()
     assert e.value.reason == "too_large"
+
+
+def test_every_fetch_failure_reason_is_known_and_starts_at_zero(clock):
+    """Each FetchError the fetcher can raise names a reason in fetch.REASONS, and the sidecar
+    exports every one of them at 0 before the first failure (so increase() sees the first)."""
+    import ast
+
+    from exporter.runtime import fetch
+    from exporter.runtime.collectors import build_families
+    from helpers import cfg, sidecar_with
+
+    raised = set()
+    for node in ast.walk(ast.parse(open(fetch.__file__).read())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "FetchError":
+            first = node.args[0]
+            assert isinstance(first, ast.Constant), f"line {node.lineno}: reason must be a literal"
+            raised.add(first.value)
+    assert raised and raised <= set(fetch.REASONS), raised - set(fetch.REASONS)
+    assert {"token", "http_other"} <= raised
+    sc, _ = sidecar_with(clock, cfg(), page("idle.txt"))
+    sc.poll_once()
+    errs = {s.labels["reason"]: s.value for f in build_families(sc.published) if f.name == "vllm_sidecar_poll_errors"
+            for s in f.samples if s.labels["target"] == "vllm"}
+    assert set(fetch.REASONS) <= set(errs) and not any(errs.values())

@@ -141,3 +141,17 @@ def test_real_pynvml_without_a_gpu_fails_as_library_not_found():
     src = NvmlSource(pynvml)
     with pytest.raises(GpuUnavailable):
         src.open()
+
+
+def test_uncorrected_ecc_unsupported_keeps_corrected_counted():
+    """The two ECC reads are separate values: a GPU that cannot count uncorrected errors (NVML
+    NotSupported on errorType 1) keeps reporting corrected ones, on every read."""
+    gpus = make_gpus(1)
+    gpus[0].ecc_corrected = 5
+    gpus[0].unsupported.add("nvmlDeviceGetTotalEccErrors:1")
+    src = NvmlSource(FakeNvml(gpus))
+    for expected in (5.0, 7.0):
+        st = src.read()
+        assert st.gpus[0].ecc_corrected_total == expected
+        assert st.gpus[0].ecc_uncorrected_total is None
+        gpus[0].ecc_corrected = 7

@@ -151,3 +151,28 @@ def test_demo_with_prometheus_shows_alerts_firing():
     assert "alerts      firing:" in text
     fired = text.split("Alerts that fired:")[1]
     assert "VLLMEngineStalled" in fired, text[-2500:]
+
+
+def test_each_simulator_has_its_own_scenario():
+    """Setting one instance's onset changes neither the scenario table nor another instance."""
+    from exporter.harness.simulate import SCENARIOS
+
+    table_onset = SCENARIOS["stall"].onset
+    a = SimVllm("stall", start=0.0)
+    b = SimVllm("stall", start=0.0, onset=5.0)
+    a.scenario.onset = 1.0
+    assert b.scenario.onset == 5.0
+    assert SCENARIOS["stall"].onset == table_onset
+    assert SimVllm("stall", start=0.0).scenario.onset == table_onset
+
+
+def test_demo_starts_alertmanager_only_with_a_config_and_a_binary():
+    from pathlib import Path
+
+    from exporter.harness.demo import should_start_alertmanager
+
+    has_am = lambda name: "/usr/bin/" + name if name == "alertmanager" else None  # noqa: E731
+    nothing = lambda name: None  # noqa: E731
+    assert should_start_alertmanager(None, which=has_am) is False  # was True: start_alertmanager(None)
+    assert should_start_alertmanager(Path("am.yml"), which=has_am) is True
+    assert should_start_alertmanager(Path("am.yml"), which=nothing) is False

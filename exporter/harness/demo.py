@@ -155,7 +155,7 @@ def run_demo(scenario: str, duration: float, onset: Optional[float], listen: str
             rules_path = Path(workdir) / "vllm.rules.yml"
             rules_path.write_text(render_plain(load_slo(str(slo_path))))
             am_config = _alertmanager_example()
-            if am_config is not None and shutil.which("prometheus-alertmanager") or shutil.which("alertmanager"):
+            if should_start_alertmanager(am_config):
                 stack.start_alertmanager(am_config)
             labels = {"namespace": "demo", "pod": "vllm-demo-0"}
             stack.start_prometheus([{"job": "vllm", "address": f"127.0.0.1:{vllm.port}", "labels": labels},
@@ -193,6 +193,12 @@ def run_demo(scenario: str, duration: float, onset: Optional[float], listen: str
         out.write("Alerts that fired: " + (", ".join(f"{a} at {t}" for a, t in view.alerts_seen.items()) or "none") + "\n")
     out.flush()
     return 0
+
+
+def should_start_alertmanager(config: Optional[Path], which=shutil.which) -> bool:
+    """Alertmanager runs beside the demo's Prometheus when its example config exists and a binary
+    is installed (Debian names it prometheus-alertmanager)."""
+    return config is not None and bool(which("prometheus-alertmanager") or which("alertmanager"))
 
 
 def _alertmanager_example() -> Optional[Path]:

@@ -42,7 +42,9 @@ class FakeGpu:
     sm_activity_percent: float = 0.0
     sm_occupancy_percent: float = 0.0
     lost: bool = False
-    unsupported: Set[str] = field(default_factory=set)  # function names that raise NotSupported
+    # function names that raise NotSupported; ``name:arg`` for one first argument only
+    # (``nvmlDeviceGetTotalEccErrors:1``: uncorrected ECC unsupported, corrected still read)
+    unsupported: Set[str] = field(default_factory=set)
 
 
 class FakeNvml:
@@ -71,7 +73,7 @@ class FakeNvml:
         if self.initialized <= 0:
             raise _real.NVMLError(_real.NVML_ERROR_UNINITIALIZED)
 
-    def _gpu(self, handle, fn: str) -> FakeGpu:
+    def _gpu(self, handle, fn: str, arg=None) -> FakeGpu:
         self._count(fn)
         self._check_init()
         addr = ctypes.addressof(handle.contents)
@@ -79,7 +81,7 @@ class FakeNvml:
             if ctypes.addressof(h.contents) == addr:
                 if g.lost:
                     raise _real.NVMLError(_real.NVML_ERROR_GPU_IS_LOST)
-                if fn in g.unsupported:
+                if fn in g.unsupported or (arg is not None and f"{fn}:{arg}" in g.unsupported):
                     raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
                 return g
         raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
@@ -169,7 +171,7 @@ class FakeNvml:
         return int(self._gpu(handle, "nvmlDeviceGetCurrentClocksThrottleReasons").clock_event_reasons)
 
     def nvmlDeviceGetTotalEccErrors(self, handle, errorType, counterType) -> int:
-        g = self._gpu(handle, "nvmlDeviceGetTotalEccErrors")
+        g = self._gpu(handle, "nvmlDeviceGetTotalEccErrors", errorType)
         if errorType == _real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
             return int(g.ecc_uncorrected)
         return int(g.ecc_corrected)

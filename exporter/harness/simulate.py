@@ -23,7 +23,7 @@ import re
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Deque, Dict, List, Optional, Tuple
 
@@ -110,10 +110,13 @@ class SimVllm:
 
     def __init__(self, scenario: str = "normal", model: str = "llama-3.1-70b-instruct", gpus: Optional[List[FakeGpu]] = None,
                  seed: int = 7, start: Optional[float] = None, kv_tokens: int = 24_000, max_num_seqs: int = 32,
-                 arrival_rate: float = 3.0) -> None:
+                 arrival_rate: float = 3.0, onset: Optional[float] = None) -> None:
         if scenario not in SCENARIOS:
             raise ValueError(f"unknown scenario {scenario!r}; choose from {', '.join(SCENARIOS)}")
-        self.scenario = SCENARIOS[scenario]
+        # a copy: setting this instance's onset must not change the table or other instances
+        self.scenario = replace(SCENARIOS[scenario])
+        if onset is not None:
+            self.scenario.onset = onset
         self.model = model
         self.gpus = gpus or []
         self.rng = random.Random(seed)

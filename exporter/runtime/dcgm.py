@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from .fetch import FetchError, PageFetcher
+from .fetch import REASONS as FETCH_REASONS, FetchError, PageFetcher
 from .gpu import GpuReading, GpuState, GpuUnavailable
 from .parser import Parser
 
@@ -44,7 +44,7 @@ MIB = 1024 * 1024
 
 
 class DcgmSource:
-    reasons = ("refused", "timeout", "connection", "http_5xx", "http_4xx", "parse", "too_large", "unmapped")
+    reasons = FETCH_REASONS + ("unmapped",)
 
     def __init__(self, url: str, pod: str, namespace: str, timeout: float = 2.0,
                  max_bytes: int = 16 * 1024 * 1024, client: Optional[PageFetcher] = None) -> None:

@@ -21,6 +21,12 @@ from .config import redact_url
 
 CHUNK = 64 * 1024
 
+# Every reason a fetch can fail with (``vllm_sidecar_poll_errors_total{reason}``); the sidecar
+# starts each at 0 so that ``increase()`` sees the first failure. A test checks that every
+# ``FetchError`` raised in this module uses one of these.
+REASONS = ("refused", "timeout", "connection", "http_5xx", "http_4xx", "http_other", "unauthorized",
+           "parse", "too_large", "token")
+
 
 class FetchError(Exception):
     def __init__(self, reason: str, message: str) -> None:

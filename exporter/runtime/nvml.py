@@ -177,12 +177,13 @@ class NvmlSource:
         if tr is not None:
             r.throttle_reasons = int(tr)
         # aggregate (lifetime) ECC counts are counters; volatile ones reset at driver reload
-        ce = self._value(d, "ecc", nv.nvmlDeviceGetTotalEccErrors, 0, 1)
+        # each read has its own key: a GPU that cannot count one kind still counts the other
+        ce = self._value(d, "ecc_corrected", nv.nvmlDeviceGetTotalEccErrors, 0, 1)
         if ce is not None:
             r.ecc_corrected_total = float(ce)
-            ue = self._value(d, "ecc", nv.nvmlDeviceGetTotalEccErrors, 1, 1)
-            if ue is not None:
-                r.ecc_uncorrected_total = float(ue)
+        ue = self._value(d, "ecc_uncorrected", nv.nvmlDeviceGetTotalEccErrors, 1, 1)
+        if ue is not None:
+            r.ecc_uncorrected_total = float(ue)
         e = self._value(d, "energy", nv.nvmlDeviceGetTotalEnergyConsumption)
         if e is not None:
             r.energy_joules_total = e / 1000.0

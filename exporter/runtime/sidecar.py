@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .config import Config
-from .fetch import FetchError
+from .fetch import REASONS as VLLM_REASONS, FetchError
 from .gpu import GpuState, GpuUnavailable
 from .inputs import INPUTS, Snapshot, normalize
 from .logs import StateLog
@@ -26,7 +26,6 @@ from .windows import History, restarted
 
 log = logging.getLogger("vllm_sidecar")
 
-VLLM_REASONS = ("refused", "timeout", "connection", "http_5xx", "http_4xx", "unauthorized", "parse", "too_large")
 GPU_REASONS = ("nvml_init", "nvml", "gpu_lost")
 
 

@@ -18,7 +18,7 @@ import math
 from collections import deque
 from typing import Deque, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .vllm_inputs import COUNTER, INPUT_BY_KEY, Hist, HistKey, SeriesKey, Snapshot
+from .inputs import COUNTER, INPUT_BY_KEY, Hist, HistKey, SeriesKey, Snapshot
 
 Buckets = List[Tuple[float, float]]  # (upper bound, cumulative count), sorted
 
