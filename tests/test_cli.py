@@ -53,13 +53,38 @@ def test_precedence_flags_over_env_over_file(tmp_path):
     ({"vllm_url": "ftp://x"}, {}, "vllm_url"),
     ({"listen": "nonsense"}, {}, "listen"),
     ({"window": "1", "poll_interval": "2"}, {}, "window"),
-    ({"kv_warn_threshold": "0.97", "kv_critical_threshold": "0.95"}, {}, "kv_critical_threshold"),
+    ({"kv_critical_threshold": "0.95"}, {}, "kv_critical_threshold: moved to the SLO file as kv_cache.critical"),
+    ({}, {"VLLM_SIDECAR_SLO_TTFT_MEAN_SECONDS": "2"}, "slo_ttft_mean_seconds: moved to the SLO file"),
+    ({"slo": "/nonexistent/slo.yaml"}, {}, "slo: cannot read"),
 ])
 def test_bad_values_name_the_key(flags, env, needle):
     with pytest.raises(ConfigError) as e:
         config.build(flags, env)
     assert str(e.value).startswith(needle)
     assert "\n" not in str(e.value)
+
+
+def test_thresholds_come_from_the_slo_file_and_flags_override_them(tmp_path):
+    """The sidecar reads the same SLO file as the pack; a flag overrides one value for this
+    sidecar only; without --slo the built-in defaults (the pack's defaults) apply."""
+    from exporter.slo import load_slo
+
+    d = config.build({}, {})
+    builtin = load_slo(None)
+    assert d.kv_warn_threshold == builtin["kv_cache"]["warn"]
+    assert d.window == 60.0 and builtin["windows"]["sidecar"] == "1m"
+    f = tmp_path / "slo.yaml"
+    f.write_text("kv_cache: {warn: 0.8, critical: 0.9}\nwindows: {sidecar: 90s}\nstall: {after: 1m}\n"
+                 "gpu_busy_low: {baseline_horizon: 2h, busy_utilization: 0.7}\nlong_prompt: {tokens: 8000}\n")
+    c = config.build({"slo": str(f)}, {})
+    assert (c.kv_warn_threshold, c.window, c.stall_seconds, c.baseline_horizon, c.busy_utilization,
+            c.long_prompt_tokens) == (0.8, 90.0, 60.0, 7200.0, 0.7, 8000.0)
+    env = {"VLLM_SIDECAR_SLO": str(f), "VLLM_SIDECAR_KV_WARN_THRESHOLD": "0.85"}
+    c = config.build({"stall_seconds": "15"}, env)
+    assert (c.kv_warn_threshold, c.stall_seconds, c.window) == (0.85, 15.0, 90.0)
+    f.write_text("kv_cache: {warn: 2}\n")
+    with pytest.raises(ConfigError, match="kv_cache.warn"):
+        config.build({"slo": str(f)}, {})
 
 
 def test_bad_file(tmp_path):

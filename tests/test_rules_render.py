@@ -18,8 +18,9 @@ SLO = ROOT / "rules" / "slo.yaml"
 def test_committed_files_are_the_defaults_rendered(tmp_path):
     slo = load_slo(str(SLO))
     assert slo == load_slo(None), "rules/slo.yaml must hold the defaults"
-    for rel, text in ((rules_mod.PLAIN_PATH, rules_mod.render_plain(slo)),
-                      (rules_mod.OPERATOR_PATH, rules_mod.render_operator(slo))):
+    files = rules_mod.rendered_files(slo)
+    assert {rules_mod.PLAIN_PATH, rules_mod.OPERATOR_PATH} < set(files) and len(files) > 20
+    for rel, text in files.items():
         committed = (ROOT / rel).read_text()
         assert committed == text, f"{rel} drifted: run `vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .`"
 
@@ -61,7 +62,11 @@ def test_slo_changes_reach_the_rules(tmp_path):
 @pytest.mark.parametrize("body,needle", [
     ("objectives: {availability: 1}\n", "objectives.availability"),
     ("for: {NoSuchAlert: 5m}\n", "for.NoSuchAlert"),
-    ("for: {VLLMTTFTHigh: soon}\n", "for.VLLMTTFTHigh"),
+    ("for: {VLLMTTFTHigh: soon}\n", "alerts.VLLMTTFTHigh.for"),
+    ("alerts: {VLLMTTFTHigh: {for: 5m, page: true}}\n", "alerts.VLLMTTFTHigh.page"),
+    ("alerts: {NoSuchAlert: {for: 5m}}\n", "alerts.NoSuchAlert"),
+    ("burn_rates: {page: [{long: 5m, short: 1h, factor: 14.4}]}\n", "burn_rates.page[0]"),
+    ("windows: {rate: fast}\n", "windows.rate"),
     ("bogus: 1\n", "bogus"),
     ("availability_sli: dns\n", "availability_sli"),
     ("selector: '{a=\"b\"}'\n", "selector"),

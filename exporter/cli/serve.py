@@ -20,7 +20,7 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
             continue
         kw: Dict[str, Any] = {"dest": f.key, "default": None,
                               "help": f"{f.doc} [env {config_mod.env_name(f.key)}; default "
-                                      f"{'(none)' if f.secret or f.default in ('', []) else f.default}]".replace("%", "%%")}
+                                      f"{config_mod.default_text(f)}]".replace("%", "%%")}
         if f.kind == "choice":
             kw["metavar"] = "|".join(f.choices)
         else:

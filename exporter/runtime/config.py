@@ -1,8 +1,13 @@
 """Configuration: command-line flags, ``VLLM_SIDECAR_*`` environment variables and a YAML file.
 
 Precedence: flags win over the environment, the environment over the file, the file over the
-defaults below. Every key has one documented default; ``FIELDS`` is the single table from which
-the flags, the environment names, the README table and the validation are all made.
+defaults. ``FIELDS`` is the single table from which the flags, the environment names, the README
+table and the validation are all made.
+
+Thresholds and windows are not written here: their defaults come from the SLO file (``--slo``,
+else the built-in one, ``exporter/slo.yaml``), the same file the alerting pack is rendered
+from, so the sidecar and the rules agree. A field with ``slo=`` names its key there; setting the
+field (flag, environment or config file) overrides the SLO for this sidecar only.
 
 A bad value raises ``ConfigError`` whose message is one line naming the key and what is wrong;
 the command line turns it into exit status 2.
@@ -19,6 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 import yaml
 
 from ..errors import ConfigError
+from ..slo import is_duration, load_slo, seconds
 
 ENV_PREFIX = "VLLM_SIDECAR_"
 
@@ -35,6 +41,7 @@ class Field:
     lo_open: bool = False  # lo excluded
     secret: bool = False
     flag: bool = True
+    slo: str = ""  # the SLO key this field's default comes from ("" : the default above)
 
 
 FIELDS: Tuple[Field, ...] = (
@@ -42,8 +49,8 @@ FIELDS: Tuple[Field, ...] = (
           "vLLM base URL; `/metrics` is appended when the URL has no path"),
     Field("listen", "str", "0.0.0.0:9181", "where the sidecar serves /metrics, /healthz, /readyz"),
     Field("poll_interval", "float", 2.0, "seconds between reads of vLLM and the GPUs", lo=0.05, hi=300),
-    Field("window", "float", 60.0, "sliding window of every derived rate, ratio and quantile (s)",
-          lo=1, hi=3600),
+    Field("window", "float", None, "sliding window of every derived rate, ratio and quantile (s)",
+          lo=1, hi=3600, slo="windows.sidecar"),
     Field("gpu", "choice", "auto", "`auto`: NVML when it loads, else no GPU series; `nvml`: NVML "
           "required (failures reported); `dcgm`: this pod's GPUs from the node's dcgm-exporter; `none`: "
           "no GPU reading", choices=("auto", "nvml", "dcgm", "none")),
@@ -63,31 +70,38 @@ FIELDS: Tuple[Field, ...] = (
     Field("log_format", "choice", "text", "log line format", choices=("text", "json")),
     Field("log_level", "choice", "info", "lowest level logged",
           choices=("debug", "info", "warning", "error")),
-    Field("kv_warn_threshold", "float", 0.90, "KV usage at or above which pressure is `elevated` (1)",
-          lo=0, hi=1, lo_open=True),
-    Field("kv_critical_threshold", "float", 0.95, "KV usage the alert pack treats as full",
-          lo=0, hi=1, lo_open=True),
-    Field("busy_utilization", "float", 0.90, "mean GPU utilization at or above which the pod is busy",
-          lo=0, hi=1, lo_open=True),
-    Field("low_throughput_fraction", "float", 0.30, "busy pod flagged when generation tokens/s fall "
-          "below this fraction of its learned baseline", lo=0, hi=1, lo_open=True),
-    Field("throughput_floor", "float", 10.0, "tokens/s below which a busy pod is flagged while no "
-          "baseline is learned yet", lo=0),
-    Field("baseline_horizon", "float", 21600.0, "seconds of busy history the baseline learns from",
-          lo=60, hi=7 * 86400),
-    Field("baseline_quantile", "float", 0.90, "percentile of busy-time throughput taken as normal",
-          lo=0, hi=1, lo_open=True),
-    Field("baseline_min_seconds", "float", 600.0, "busy seconds needed before the learned baseline "
-          "replaces the floor", lo=0),
-    Field("long_prompt_tokens", "float", 4000.0, "prompt length above which a request is long",
-          lo=1),
-    Field("stall_seconds", "float", 30.0, "requests running and no token for this long: stalled",
-          lo=1),
-    Field("slo_ttft_p95_seconds", "float", 3.0, "TTFT p95 objective (s)", lo=0, lo_open=True),
-    Field("slo_ttft_mean_seconds", "float", 1.5, "TTFT mean objective (s)", lo=0, lo_open=True),
-    Field("slo_output_tokens_per_second", "float", 30.0, "per-request generation speed objective; "
-          "the inter-token latency objective is its inverse", lo=0, lo_open=True),
+    Field("slo", "str", "", "the SLO file (YAML) the thresholds below default to; empty: the built-in "
+          "one (exporter/slo.yaml, the same defaults the alerting pack renders)"),
+    Field("kv_warn_threshold", "float", None, "KV usage at or above which pressure is `elevated` (1)",
+          lo=0, hi=1, lo_open=True, slo="kv_cache.warn"),
+    Field("busy_utilization", "float", None, "mean GPU utilization at or above which the pod is busy",
+          lo=0, hi=1, lo_open=True, slo="gpu_busy_low.busy_utilization"),
+    Field("low_throughput_fraction", "float", None, "busy pod flagged when generation tokens/s fall "
+          "below this fraction of its learned baseline", lo=0, hi=1, lo_open=True,
+          slo="gpu_busy_low.low_throughput_fraction"),
+    Field("throughput_floor", "float", None, "tokens/s below which a busy pod is flagged while no "
+          "baseline is learned yet", lo=0, slo="gpu_busy_low.throughput_floor"),
+    Field("baseline_horizon", "float", None, "seconds of busy history the baseline learns from",
+          lo=60, hi=7 * 86400, slo="gpu_busy_low.baseline_horizon"),
+    Field("baseline_quantile", "float", None, "percentile of busy-time throughput taken as normal",
+          lo=0, hi=1, lo_open=True, slo="gpu_busy_low.baseline_quantile"),
+    Field("baseline_min_seconds", "float", None, "busy seconds needed before the learned baseline "
+          "replaces the floor", lo=0, slo="gpu_busy_low.baseline_min_busy"),
+    Field("long_prompt_tokens", "float", None, "prompt length above which a request is long",
+          lo=1, slo="long_prompt.tokens"),
+    Field("stall_seconds", "float", None, "requests running and no token for this long: stalled",
+          lo=1, slo="stall.after"),
+    Field("slo_ttft_p95_seconds", "float", None, "TTFT p95 objective (s)", lo=0, lo_open=True,
+          slo="objectives.ttft_p95_seconds"),
+    Field("slo_output_tokens_per_second", "float", None, "per-request generation speed objective; "
+          "the inter-token latency objective is its inverse", lo=0, lo_open=True,
+          slo="objectives.output_tokens_per_second"),
 )
+# Keys of earlier releases that now live only in the SLO file: a clear error, not "unknown key".
+MOVED: Dict[str, str] = {
+    "kv_critical_threshold": "kv_cache.critical",
+    "slo_ttft_mean_seconds": "objectives.ttft_mean_seconds",
+}
 FIELD_BY_KEY: Dict[str, Field] = {f.key: f for f in FIELDS}
 
 
@@ -108,8 +122,8 @@ class Config:
     vllm_bearer_token_file: str
     log_format: str
     log_level: str
+    slo: str
     kv_warn_threshold: float
-    kv_critical_threshold: float
     busy_utilization: float
     low_throughput_fraction: float
     throughput_floor: float
@@ -119,7 +133,6 @@ class Config:
     long_prompt_tokens: float
     stall_seconds: float
     slo_ttft_p95_seconds: float
-    slo_ttft_mean_seconds: float
     slo_output_tokens_per_second: float
 
     @property
@@ -236,6 +249,8 @@ def load_file(path: str) -> Dict[str, Any]:
     out = {}
     for k, v in data.items():
         key = str(k).replace("-", "_")
+        if key in MOVED:
+            raise ConfigError(f"{k}: moved to the SLO file as {MOVED[key]} (give the file with --slo)")
         if key not in FIELD_BY_KEY:
             raise ConfigError(f"{k}: unknown key in {path}")
         out[key] = v
@@ -257,9 +272,18 @@ def build(flags: Mapping[str, Any], env: Mapping[str, str], config_file: Optiona
         v = flags.get(f.key)
         if v is not None:
             raw[f.key] = (v, f"flag {flag_name(f.key)}")
+    for key, path in MOVED.items():
+        if flags.get(key) is not None or env_name(key) in env:
+            raise ConfigError(f"{key}: moved to the SLO file as {path} (give the file with --slo)")
+    slo_path = raw["slo"][0] if raw["slo"][1] != "default" else ""
+    slo = load_slo(str(slo_path) if slo_path else None)
     values = {}
     for f in FIELDS:
         v, origin = raw[f.key]
+        if origin == "default" and f.slo:
+            v, origin = slo_default(f, slo), f"SLO {f.slo}"
+            values[f.key] = _convert(f, v, origin)
+            continue
         values[f.key] = _convert(f, v, origin) if origin != "default" else (
             tuple(v) if f.kind == "list" else v)
     cfg = Config(**values)
@@ -287,8 +311,6 @@ def _cross_checks(cfg: Config, raw: Mapping[str, Tuple[Any, str]]) -> Config:
         dparts = urlsplit(cfg.dcgm_url)
         if dparts.scheme not in ("http", "https") or not dparts.hostname:
             raise ConfigError(f"dcgm_url: {cfg.dcgm_url!r} is not an http(s) URL with a host")
-    if cfg.kv_critical_threshold < cfg.kv_warn_threshold:
-        raise ConfigError("kv_critical_threshold: must not be below kv_warn_threshold")
     if cfg.vllm_bearer_token and cfg.vllm_bearer_token_file:
         raise ConfigError("vllm_bearer_token_file: give either a token or a token file, not both")
     return Config(**{**{f.name: getattr(cfg, f.name) for f in dc_fields(cfg)}, "vllm_timeout": timeout})
@@ -298,14 +320,26 @@ def defaults() -> Config:
     return build({}, {})
 
 
+def slo_default(f: Field, slo: Dict[str, Any]) -> Any:
+    """A field's value as the SLO states it (durations in seconds)."""
+    cur: Any = slo
+    for part in f.slo.split("."):
+        cur = cur[part]
+    return seconds(cur) if is_duration(f.slo) else cur
+
+
+def default_text(f: Field) -> str:
+    """How a field's default reads in ``--help`` and the README."""
+    d = f.default
+    if f.slo:
+        return f"SLO `{f.slo}`"
+    if f.kind == "list":
+        return ",".join(d) if d else "(empty)"
+    if f.secret or d == "":
+        return "(none)"
+    return str(d)
+
+
 def doc_table() -> List[Tuple[str, str, str, str]]:
     """(flag, env, default, meaning) for every key, for the README and ``--help``."""
-    rows = []
-    for f in FIELDS:
-        d = f.default
-        if f.kind == "list":
-            d = ",".join(d) if d else "(empty)"
-        elif f.secret or d == "":
-            d = "(none)"
-        rows.append((flag_name(f.key), env_name(f.key), str(d), f.doc))
-    return rows
+    return [(flag_name(f.key), env_name(f.key), default_text(f), f.doc) for f in FIELDS]

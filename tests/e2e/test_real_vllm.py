@@ -39,16 +39,18 @@ WINDOW = 20  # the sidecar's window; phase 1 compares over the same span (a CPU 
 
 # Thresholds scaled to the test server's 9,600-token KV cache, whose usage swings between 0.4 and
 # 0.99 under load as requests finish in waves; the rules are the pack's own.
+# one SLO file for the rules and the sidecar, as in production
 TEST_SLO = """
-windows: {rate: 30s, sustain: 15s}
+windows: {rate: 30s, sustain: 15s, sidecar: 20s}
 kv_cache: {warn: 0.85, critical: 0.9}
 long_prompt: {tokens: 4000, min_per_second: 0.05}
-for:
-  VLLMKVCacheExhausted: 2s
-  VLLMPreemptionsSustained: 3s
-  VLLMLongPromptSurge: 3s
-  VLLMTargetDown: 3s
-  VLLMQueueBuildup: 3s
+stall: {after: 10s}
+alerts:
+  VLLMKVCacheExhausted: {for: 2s}
+  VLLMPreemptionsSustained: {for: 3s}
+  VLLMLongPromptSurge: {for: 3s}
+  VLLMTargetDown: {for: 3s}
+  VLLMQueueBuildup: {for: 3s}
 """
 
 
@@ -185,8 +187,8 @@ def test_real_vllm_end_to_end(tmp_path):
 
     try:
         vllm.start()
-        sidecar = SidecarThread({"vllm_url": vllm.url, "poll_interval": 1, "window": WINDOW, "gpu": "none",
-                                 "kv_warn_threshold": 0.85, "kv_critical_threshold": 0.9, "stall_seconds": 10})
+        sidecar = SidecarThread({"vllm_url": vllm.url, "poll_interval": 1, "gpu": "none", "slo": str(slo)})
+        assert sidecar.sidecar.cfg.window == WINDOW and sidecar.sidecar.cfg.kv_warn_threshold == 0.85
         labels = {"namespace": "e2e", "pod": "vllm-0"}
         stack.start_prometheus([{"job": "vllm", "address": f"127.0.0.1:{vllm.port}", "labels": labels},
                                 {"job": "vllm-sidecar", "address": sidecar.address, "labels": labels}],

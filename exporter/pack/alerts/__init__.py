@@ -1,0 +1,77 @@
+"""Alerting rules, one module per concern (as the monitoring mixins split them):
+
+    capacity    KV cache, preemptions, the waiting queue, long-prompt surges
+    latency     TTFT and inter-token latency against their objectives
+    anomalies   a busy GPU with few tokens, a stalled engine, a replica unlike its peers, caches
+    errors      corrupted outputs, error ratios and the availability SLO's burn rates
+    gpu         XID, thermal throttling, uncorrectable ECC
+    health      the sidecar's and vLLM's targets, inputs gone missing after an upgrade
+
+Each module's ``alerts(ctx)`` returns ``Alert`` values: the condition, severity and texts only.
+``alert_rules`` below adds, in one place, what every alert gets from the SLO file: its ``for``
+(and ``keep_firing_for``), its runbook link, severity, label and annotation overrides, and
+drops the ones the SLO disables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping
+
+from ..context import Ctx
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alerting rule before the SLO's settings are applied.
+
+    ``rule_id`` is its key under ``alerts:`` in the SLO file: the alert's name, or the name plus
+    a suffix when one alert has several rules (``VLLMErrorBudgetBurnPage``/``...Ticket``)."""
+
+    name: str
+    expr: str
+    severity: str
+    summary: str
+    description: str
+    rule_id: str = ""
+    labels: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.rule_id or self.name
+
+
+def all_alerts(c: Ctx) -> List[Alert]:
+    from . import anomalies, capacity, errors, gpu, health, latency
+
+    out: List[Alert] = []
+    for module in (capacity, latency, anomalies, errors, health, gpu):
+        out += module.alerts(c)
+    return out
+
+
+def runbook_url(slo: Mapping[str, Any], name: str) -> str:
+    return f"{slo['runbook_base_url'].rstrip('/')}/{name}.md"
+
+
+def finish(a: Alert, slo: Mapping[str, Any]) -> Dict[str, Any]:
+    """The rule as Prometheus reads it, with everything the SLO file says about it."""
+    settings = slo["alerts"].get(a.key)
+    if settings is None:
+        raise KeyError(f"alert rule {a.key} has no entry under alerts: in the SLO defaults")
+    labels = {"severity": settings.get("severity", a.severity), **a.labels, **settings.get("labels", {})}
+    annotations = {"summary": a.summary, "description": a.description, "runbook_url": runbook_url(slo, a.name)}
+    annotations.update(settings.get("annotations", {}))
+    rule: Dict[str, Any] = {"alert": a.name, "expr": a.expr, "for": settings["for"]}
+    if "keep_firing_for" in settings:
+        rule["keep_firing_for"] = settings["keep_firing_for"]
+    rule["labels"] = labels
+    rule["annotations"] = annotations
+    return rule
+
+
+def alert_rules(c: Ctx) -> List[Dict[str, Any]]:
+    alerts = all_alerts(c)
+    keys = [a.key for a in alerts]
+    assert len(keys) == len(set(keys)), "two alert rules share a key"
+    return [finish(a, c.slo) for a in alerts if c.slo["alerts"][a.key].get("enabled", True)]

@@ -1,0 +1,53 @@
+"""Anomalies: what no single threshold catches. GPUs busy with few tokens (the sidecar's learned
+baseline), a stalled engine, one replica unlike its peers, a prefix cache that stopped hitting."""
+
+from __future__ import annotations
+
+from typing import List
+
+from ..context import Ctx
+from . import Alert
+
+
+def alerts(c: Ctx) -> List[Alert]:
+    by, s, who, svc, S2 = c.by, c.s, c.who, c.svc, c.S2
+    ol = c.slo["outlier"]
+    tok = c.rec("vllm_generation_tokens", "rate")
+    ttft95 = f"max without (quantile) ({c.rec('vllm_time_to_first_token_seconds', 'histogram_quantile')}{{quantile=\"0.95\"}})"
+    return [
+        Alert("VLLMGPUBusyLowThroughput",
+              f"max by ({by}) (vllm_sidecar_gpu_busy_low_throughput{s()}) == 1",
+              "critical",
+              f"GPUs busy but few tokens on {who} ({c.model})",
+              "The replica's GPUs are at high utilization but generation throughput is far below what this "
+              "replica normally does at that load (the sidecar's learned baseline). Typical cause: a flood of "
+              "very long prompts (prefill and recomputation), KV thrashing, or a sick GPU. Compare with its peers."),
+        Alert("VLLMEngineStalled",
+              f"max by ({by}) (vllm_sidecar_engine_stalled{s()}) == 1\nor\n"
+              f"(\n  {c.rec('vllm_requests_running', 'sum')} > 0\n  and on ({by})\n"
+              f"  sum by ({by}) (rate(vllm:generation_tokens_total{s()}[{S2}])) == 0\n)",
+              "critical",
+              f"vLLM engine stalled on {who} ({c.model})",
+              "Requests are running but no token has been produced for minutes. The engine is hung "
+              "(a stuck collective, a dead worker, a deadlocked scheduler); clients are waiting forever."),
+        Alert("VLLMReplicaOutlier",
+              f"(\n  label_replace(\n    {tok}\n    < on ({svc}) group_left ()\n"
+              f"    ({ol['throughput_factor']} * quantile by ({svc}) (0.5, {tok}))\n"
+              f"    and on ({by}) {c.rec('vllm_requests_running', 'sum')} > 0,\n    \"signal\", \"throughput\", \"\", \"\"\n  )\n"
+              f"  or\n  label_replace(\n    {ttft95}\n    > on ({svc}) group_left ()\n"
+              f"    ({ol['ttft_factor']} * quantile by ({svc}) (0.5, {ttft95})),\n"
+              f"    \"signal\", \"ttft\", \"\", \"\"\n  )\n)\n"
+              f"and on ({svc})\ncount by ({svc}) ({tok}) >= {ol['min_replicas']}",
+              "warning",
+              f"{who} behaves unlike its peers ({{{{ $labels.signal }}}})",
+              "This replica's {{ $labels.signal }} ({{ $value | humanize }}) is far from the median of the other "
+              "replicas of {{ $labels.model_name }}: one sick replica hides behind a healthy average. Check its "
+              "prompts, KV cache and GPUs; restart or drain it."),
+        Alert("VLLMPrefixCacheHitRatioLow",
+              f"{c.rec('vllm_prefix_cache_hit', 'ratio_rate')} < {c.slo['prefix_cache']['min_hit_ratio']}\n"
+              f"and on ({by})\n{c.rec('vllm_requests_finished', 'rate')} > 0",
+              "info",
+              f"Low prefix-cache hit ratio on {who} ({c.model})",
+              "Only {{ $value | humanizePercentage }} of prompt tokens came from the prefix cache. With a fixed "
+              "system prompt this should be high: check cache-aware routing and the prompt template."),
+    ]

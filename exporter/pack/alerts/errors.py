@@ -1,0 +1,59 @@
+"""Errors: corrupted (NaN) outputs, a replica's error ratio, and the availability SLO's
+multi-window, multi-burn-rate alerts (the SRE workbook's page and ticket pairs)."""
+
+from __future__ import annotations
+
+from typing import List
+
+from ..context import Ctx
+from . import Alert
+
+
+def _burn_expr(c: Ctx, pairs, budget: float) -> str:
+    ratio = lambda w: c.mrec("vllm_availability_errors", "ratio_rate", w)  # noqa: E731
+    terms = []
+    for p in pairs:
+        limit = f"{p['factor'] * budget:.6g}"
+        terms.append((ratio(p["long"]), ratio(p["short"]), limit))
+    if len(terms) == 1:
+        lng, sht, limit = terms[0]
+        return f"{lng} > {limit}\nand on ({c.svc})\n{sht} > {limit}"
+    return "\nor\n".join(f"(\n  {lng} > {limit}\n  and on ({c.svc})\n  {sht} > {limit}\n)" for lng, sht, limit in terms)
+
+
+def _pairs_text(pairs) -> str:
+    return " or ".join(f"{p['long']}/{p['short']} over {p['factor']:g}x" for p in pairs)
+
+
+def alerts(c: Ctx) -> List[Alert]:
+    by, s, who, W = c.by, c.s, c.who, c.W
+    o = c.slo["objectives"]
+    budget = 1 - o["availability"]
+    burn = c.slo["burn_rates"]
+    return [
+        Alert("VLLMCorruptedRequests",
+              f"sum by ({by}) (increase(vllm:corrupted_requests_total{s()}[{W}])) > 0",
+              "critical",
+              f"vLLM produced corrupted (NaN) outputs on {who} ({c.model})",
+              f"{{{{ $value | humanize }}}} requests had NaN logits in the last {c.human(W)}: answers are garbage. "
+              "Suspect the GPU (check XID and ECC), the weights or a bad kernel; take the replica out."),
+        Alert("VLLMErrorBudgetBurn", _burn_expr(c, burn["page"], budget),
+              "critical",
+              f"{c.model} burning its {o['availability'] * 100:g}% availability budget fast",
+              f"Errors are {{{{ $value | humanizePercentage }}}} of requests: at this pace the 30-day error budget "
+              f"({budget * 100:.3g}%) is gone in days ({_pairs_text(burn['page'])} the budget rate).",
+              rule_id="VLLMErrorBudgetBurnPage", labels={"window": "fast"}),
+        Alert("VLLMErrorBudgetBurn", _burn_expr(c, burn["ticket"], budget),
+              "warning",
+              f"{c.model} spending its availability budget faster than it earns it",
+              f"Errors are {{{{ $value | humanizePercentage }}}} of requests over {c.human(burn['ticket'][0]['long'])}, "
+              f"above {burn['ticket'][0]['factor']:g}x the {budget * 100:.3g}% budget rate: the SLO will be missed this "
+              f"month if nothing changes.",
+              rule_id="VLLMErrorBudgetBurnTicket", labels={"window": "slow"}),
+        Alert("VLLMErrorRatioHigh",
+              f"{c.rec('vllm_request_errors', 'ratio_rate')} > {c.slo['error_ratio']['max']}",
+              "warning",
+              f"vLLM requests failing on {who} ({c.model})",
+              "{{ $value | humanizePercentage }} of finished requests ended with an error on this replica "
+              "(client aborts not counted)."),
+    ]

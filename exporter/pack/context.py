@@ -1,0 +1,95 @@
+"""The one configuration object every rule, alert and runbook reads: the SLO plus what is
+derived from it once (selectors, grouping labels, recording-rule names, windows in words).
+
+Like a monitoring mixin's ``_config``: a rule never writes a label list, a selector, a window or
+a threshold itself; it asks the context, so changing the SLO file changes every place at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping
+
+from ..slo import seconds
+from .names import Names, model_labels
+
+QUANTILES = ("0.5", "0.95", "0.99")
+
+# Matchers on vLLM's own label values (not thresholds: these are vLLM's vocabulary)
+ERR = 'finished_reason="error"'
+NOABORT = 'finished_reason!="abort"'
+CAPACITY = 'reason="capacity"'
+S5XX = 'status="5xx"'
+NOT4XX = 'status!~"4xx"'
+TVLLM = 'target="vllm"'
+THERMAL = 'reason=~"hw_thermal_slowdown|sw_thermal_slowdown|hw_power_brake_slowdown"'
+UNCORRECTED = 'type="uncorrected"'
+
+
+def human_duration(d: str) -> str:
+    """``5m`` -> ``5 minutes``, ``90s`` -> ``90 seconds``, ``1h30m`` stays as written."""
+    units = {"s": "second", "m": "minute", "h": "hour", "d": "day", "w": "week"}
+    if len(d) >= 2 and d[:-1].isdigit() and d[-1] in units:
+        n = int(d[:-1])
+        return f"{n} {units[d[-1]]}{'' if n == 1 else 's'}"
+    return d
+
+
+def le_for(tokens: float) -> str:
+    """vLLM's prompt-length bucket bound at or above ``tokens`` (vLLM uses 1-2-5 buckets), written
+    as vLLM writes it (``5000.0``)."""
+    mag = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * mag >= tokens:
+                return repr(float(m * mag))
+        mag *= 10
+
+
+def indent(text: str, n: int = 2) -> str:
+    return "\n".join(" " * n + line for line in text.splitlines())
+
+
+class Ctx:
+    """What every rule reads, made once from one SLO."""
+
+    def __init__(self, slo: Mapping[str, Any]) -> None:
+        self.slo = slo
+        self.names = Names(slo)
+        self.sel = slo["selector"].strip().strip(",")
+        self.replica = list(slo["replica_labels"])
+        self.r = ", ".join(self.replica)
+        self.by = ", ".join(self.replica + ["model_name"])
+        self.svc = ", ".join(model_labels(self.replica))
+        self.who = "/".join(f"{{{{ $labels.{x} }}}}" for x in self.replica)
+        w = slo["windows"]
+        self.W = w["rate"]
+        self.S2 = w["sustain"]
+        self.windows: Dict[str, str] = dict(w)
+
+    # selectors and the usual shapes -------------------------------------------------------
+    def s(self, *matchers: str) -> str:
+        """``{matchers, the SLO's selector}``, or nothing when both are empty."""
+        parts = [m for m in matchers if m] + ([self.sel] if self.sel else [])
+        return "{" + ", ".join(parts) + "}" if parts else ""
+
+    def rate(self, metric: str, window: str = "", *matchers: str) -> str:
+        """Per replica and model: ``sum by (replica, model_name) (rate(metric{...}[window]))``."""
+        return f"sum by ({self.by}) (rate({metric}{self.s(*matchers)}[{window or self.W}]))"
+
+    def rec(self, metric: str, op: str, window: str = "") -> str:
+        """A per-replica recording rule's name."""
+        return self.names.replica(metric, op, window)
+
+    def mrec(self, metric: str, op: str, window: str = "") -> str:
+        """A per-model recording rule's name."""
+        return self.names.model(metric, op, window)
+
+    def human(self, window: str) -> str:
+        return human_duration(window)
+
+    def seconds(self, window: str) -> float:
+        return seconds(window)
+
+    @property
+    def model(self) -> str:
+        return "{{ $labels.model_name }}"

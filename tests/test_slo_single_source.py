@@ -1,0 +1,135 @@
+"""The SLO file is the one place a threshold or a window is written.
+
+Render the whole pack (rules, runbooks) and build the sidecar's configuration from an SLO file in
+which every value differs from the defaults, then look for the defaults: none may survive
+anywhere. A value that survives is text some module wrote itself instead of reading the SLO.
+"""
+
+import re
+
+import yaml
+
+from exporter.pack.rules import rendered_files
+from exporter.runtime import config
+from exporter.slo import defaults, load_slo
+
+# every leaf changed, to values that occur nowhere among the defaults
+CHANGED = """
+selector: 'namespace="prod"'
+replica_labels: [cluster, namespace, pod]
+runbook_base_url: https://runbooks.example.org/llm
+windows: {rate: 4m, sustain: 90s, sidecar: 45s, queue_growth: 7m, hardware_errors: 13m, target_seen: 2h}
+objectives: {ttft_mean_seconds: 1.25, ttft_p95_seconds: 2.25, output_tokens_per_second: 40, availability: 0.9975}
+availability_sli: engine
+burn_rates:
+  page: [{long: 2h, short: 7m, factor: 13}, {long: 8h, short: 40m, factor: 4.5}]
+  ticket: [{long: 4d, short: 9h, factor: 1.5}]
+kv_cache: {warn: 0.87, critical: 0.93}
+long_prompt: {tokens: 7000, surge_factor: 4, surge_baseline: 2d, surge_baseline_offset: 20m, min_per_second: 0.07}
+queue: {min_waiting: 12}
+prefix_cache: {min_hit_ratio: 0.35}
+error_ratio: {max: 0.04}
+outlier: {throughput_factor: 0.45, ttft_factor: 2.5, min_replicas: 4}
+gpu_busy_low: {busy_utilization: 0.85, low_throughput_fraction: 0.35, throughput_floor: 12,
+               baseline_horizon: 4h, baseline_quantile: 0.85, baseline_min_busy: 20m}
+stall: {after: 45s}
+gpu: {fatal_xids: [31, 43]}
+"""
+
+# constants that are not SLO values: quantile labels and the median of the outlier rule
+# constants that are not SLO values: quantile labels, the outlier rule's median, the 30-day SLO
+# period the burn factors assume, and lines recounting the user's own incident and tuning
+NOT_SLO = re.compile(r'quantile="[0-9.]+"|quantile: \'[0-9.]+\'|histogram_quantile\((0\.5|0\.95|0\.99)|'
+                     r'\(0\.5, |quantile[ =]0\.\d+|p95|p50|p99|le="\+Inf"|30-day|[^\n]*user\'s[^\n]*')
+
+
+def _changed_slo(tmp_path):
+    text = CHANGED + "alerts:\n" + "".join(
+        f"  {name}: {{for: {41 + i}m}}\n" for i, name in enumerate(defaults()["alerts"]))
+    f = tmp_path / "slo.yaml"
+    f.write_text(text)
+    return f
+
+
+def _default_forms():
+    """How each default value would read if a module had written it itself."""
+    d = defaults()
+    forms = {}
+
+    def number(path, v):
+        if v < 1:
+            forms[path] = {f"{v:g}", f"{v * 100:g}%"}
+        elif v != int(v):
+            forms[path] = {f"{v:g}"}
+        elif v >= 100:
+            forms[path] = {f"{v:g}", f"{v:,.0f}"}
+        else:  # a small whole number is only a default where it reads as a threshold
+            n = f"{v:g}"
+            forms[path] = {f"> {n}", f">= {n}", f"{n} *", f"({n})", f"{n}x", f"{n} s", f"{n} tokens"}
+
+    def duration(path, v):
+        n, unit = int(v[:-1]), v[-1]
+        words = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
+        forms[path] = {v, f"{n} {words[unit]}{'' if n == 1 else 's'}", f"rate{v}"}
+
+    for sec, body in d.items():
+        if not isinstance(body, dict) or sec == "alerts":
+            continue
+        for k, v in body.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                number(f"{sec}.{k}", v)
+            elif isinstance(v, str) and re.fullmatch(r"\d+[smhd]", v):
+                duration(f"{sec}.{k}", v)
+    for name, s in d["alerts"].items():
+        if s["for"] != "0m":
+            duration(f"alerts.{name}.for", s["for"])
+    for kind in ("page", "ticket"):
+        for i, pair in enumerate(d["burn_rates"][kind]):
+            duration(f"burn_rates.{kind}.{i}.long", pair["long"])
+            duration(f"burn_rates.{kind}.{i}.short", pair["short"])
+            forms[f"burn_rates.{kind}.{i}.factor"] = {f"{pair['factor']:g}x", f"{pair['factor']:g} times"}
+    forms["gpu.fatal_xids"] = {"|".join(str(x) for x in d["gpu"]["fatal_xids"])}
+    forms["replica_labels"] = {"namespace_pod_model", "by (namespace, pod,"}
+    forms["runbook_base_url"] = {d["runbook_base_url"]}
+    forms["long_prompt.tokens"] |= {'le="5000.0"', "4,000"}
+    return forms
+
+
+def test_no_default_survives_a_changed_slo_file(tmp_path):
+    slo = load_slo(str(_changed_slo(tmp_path)))
+    files = rendered_files(slo)
+    survivors = []
+    for path, forms in _default_forms().items():
+        for rel, text in files.items():
+            body = NOT_SLO.sub(" ", text)
+            for form in forms:
+                pattern = r"(?<![\w.])" + re.escape(form) + (r"(?![\w]|\.\d)" if form[-1].isalnum() else "")
+                if re.search(pattern, body):
+                    line = next(ln for ln in body.splitlines() if re.search(pattern, ln))
+                    survivors.append(f"{rel}: default {path} as {form!r}: {line.strip()[:140]}")
+    assert not survivors, "defaults written outside the SLO file:\n" + "\n".join(sorted(set(survivors))[:40])
+
+
+def test_the_changed_values_reach_every_file(tmp_path):
+    slo = load_slo(str(_changed_slo(tmp_path)))
+    files = rendered_files(slo)
+    rules = files["rules/vllm.rules.yml"]
+    assert "cluster_namespace_pod_model:vllm_generation_tokens:rate4m" in rules
+    assert "cluster_namespace_model:vllm_availability_errors:ratio_rate2h" in rules
+    assert 'xid=~"31|43"' in rules and "[13m]" in rules and "[2h]" in rules and "offset 20m" in rules
+    assert "https://runbooks.example.org/llm/VLLMTTFTHigh.md" in rules
+    books = "".join(t for rel, t in files.items() if rel.startswith("docs/runbooks/"))
+    for needle in ("rate4m", "90s", "2.25 s", "0.93", "7 minutes", "13x", "99.75%"):
+        assert needle in books, needle
+    data = yaml.safe_load(rules)
+    fors = {r["alert"]: r["for"] for r in data["groups"][0]["rules"] if "alert" in r}
+    assert fors["VLLMKVCacheExhausted"] == "41m"
+
+
+def test_the_sidecar_reads_the_same_file(tmp_path):
+    f = _changed_slo(tmp_path)
+    c = config.build({"slo": str(f)}, {})
+    assert (c.window, c.kv_warn_threshold, c.stall_seconds, c.busy_utilization, c.low_throughput_fraction,
+            c.throughput_floor, c.baseline_horizon, c.baseline_quantile, c.baseline_min_seconds,
+            c.long_prompt_tokens, c.slo_ttft_p95_seconds, c.slo_output_tokens_per_second) == (
+        45.0, 0.87, 45.0, 0.85, 0.35, 12, 4 * 3600.0, 0.85, 1200.0, 7000, 2.25, 40)
