@@ -3,7 +3,9 @@
 from typing import Optional, Sequence, Tuple
 
 from exporter.runtime import config
-from exporter.runtime.signals import Point
+from exporter.runtime.collectors import Point, signal_points
+from exporter.runtime.signals import Signals
+from exporter.runtime.state import Published
 from exporter.runtime.parser import parse
 from exporter.runtime.sidecar import Sidecar
 from exporter.runtime.inputs import Snapshot, normalize
@@ -17,14 +19,21 @@ def snap(text: str, t: float) -> Snapshot:
     return normalize(parse(text), t)
 
 
-def value(points: Sequence[Point], name: str, **labels) -> Optional[float]:
-    found = [p.value for p in points if p.name == name and all(p.labels.get(k) == v for k, v in labels.items())]
+def points(x) -> Sequence[Point]:
+    """The derived samples of a Published state or of Signals, as (name, labels, value)."""
+    if isinstance(x, Published):
+        x = x.signals
+    return list(signal_points(x)) if isinstance(x, Signals) else list(x)
+
+
+def value(x, name: str, **labels) -> Optional[float]:
+    found = [p.value for p in points(x) if p.name == name and all(p.labels.get(k) == v for k, v in labels.items())]
     assert len(found) <= 1, f"{name}{labels} matched {len(found)} points"
     return found[0] if found else None
 
 
-def names(points: Sequence[Point]) -> set:
-    return {p.name for p in points}
+def names(x) -> set:
+    return {p.name for p in points(x)}
 
 
 def sample_value(text: str, name: str, **labels) -> float:

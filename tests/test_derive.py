@@ -5,9 +5,9 @@ import math
 import pytest
 
 from exporter.harness import pagetransform as pt
-from exporter.runtime.signals import Baseline, busy_low_points, derive, engine_stalled, kv_pressure_level, percentile, seconds_to_full
+from exporter.runtime.signals import Baseline, Signals, busy_low, derive, engine_stalled, kv_pressure_level, percentile, seconds_to_full
 from exporter.runtime.windows import count_at_or_below, histogram_quantile
-from helpers import cfg, names, sample_value, snap, value
+from helpers import cfg, names, points, sample_value, snap, value
 
 M = "tiny-llama"
 T0 = 1_800_000_000.0
@@ -41,7 +41,7 @@ def test_counter_reset_on_restart_counts_the_new_value(after_load, after_pressur
     old = sample_value(after_load, "vllm:generation_tokens_total")
     assert new != old
     assert value(pts, "generation_tokens_per_second", model_name=M) == pytest.approx(new / 30)
-    assert all(p.value >= 0 for p in pts if p.name.endswith("_per_second"))
+    assert all(p.value >= 0 for p in points(pts) if p.name.endswith("_per_second"))
 
 
 def test_restart_detected_even_when_the_counter_climbed_past_the_old_value(after_load):
@@ -228,20 +228,23 @@ def test_stall_needs_running_requests_and_no_tokens(after_load):
 
 def test_gpu_busy_low_throughput_floor_then_learned_baseline():
     c = cfg(busy_utilization=0.9, low_throughput_fraction=0.3, throughput_floor=10, baseline_min_seconds=100)
+    kw = dict(busy_utilization=c.busy_utilization, low_fraction=c.low_throughput_fraction, floor=c.throughput_floor,
+              min_busy_seconds=c.baseline_min_seconds, quantile=c.baseline_quantile)
     # no baseline yet: the floor decides
-    assert value(busy_low_points(M, 5.0, 0.97, None, c), "gpu_busy_low_throughput", model_name=M) == 1.0
-    assert value(busy_low_points(M, 50.0, 0.97, None, c), "gpu_busy_low_throughput", model_name=M) == 0.0
-    assert value(busy_low_points(M, 5.0, 0.5, None, c), "gpu_busy_low_throughput", model_name=M) == 0.0
+    assert busy_low(M, 5.0, 0.97, None, **kw).flagged is True
+    assert busy_low(M, 50.0, 0.97, None, **kw).flagged is False
+    assert busy_low(M, 5.0, 0.5, None, **kw).flagged is False
+    assert busy_low(M, 5.0, 0.97, None, **kw).baseline is None
     b = Baseline(horizon=3600, spacing=10)
     for i in range(20):  # 200 busy seconds at 900..1090 tokens/s
         b.record(M, T0 + i * 10, 900 + i * 10)
-    pts = busy_low_points(M, 200.0, 0.97, b, c)
+    r = busy_low(M, 200.0, 0.97, b, **kw)
     learned = percentile([900 + i * 10 for i in range(20)], 0.9)
-    assert value(pts, "throughput_baseline_tokens_per_second", model_name=M) == pytest.approx(learned)
-    assert value(pts, "throughput_low_threshold_tokens_per_second", model_name=M) == pytest.approx(0.3 * learned)
-    assert value(pts, "gpu_busy_low_throughput", model_name=M) == 1.0  # 200 < 0.3 * ~1070
-    assert value(busy_low_points(M, 600.0, 0.97, b, c), "gpu_busy_low_throughput", model_name=M) == 0.0
-    assert busy_low_points(M, 5.0, None, b, c) == []  # no GPU reading: left out
+    assert r.baseline == pytest.approx(learned)
+    assert r.threshold == pytest.approx(0.3 * learned)
+    assert r.flagged is True  # 200 < 0.3 * ~1070
+    assert busy_low(M, 600.0, 0.97, b, **kw).flagged is False
+    assert busy_low(M, 5.0, None, b, **kw) is None  # no GPU reading: left out
 
 
 def test_baseline_forgets_beyond_its_horizon():
@@ -256,7 +259,7 @@ def test_baseline_forgets_beyond_its_horizon():
 
 def test_fewer_than_two_snapshots_derive_nothing(after_load):
     s = snap(after_load, T0)
-    assert derive([s], [s], T0, cfg()) == []
+    assert derive([s], [s], T0, cfg()) == Signals()
 
 
 def _with_spec(text, drafts, accepted):

@@ -7,7 +7,7 @@ from exporter.runtime.collectors import DERIVED, POD_DERIVED, build_families
 from exporter.harness.fakenvml import FakeNvml, make_gpus
 from exporter.runtime.nvml import NvmlSource
 from exporter.runtime.fetch import FetchError
-from helpers import cfg, sample_value, sidecar_with, value
+from helpers import cfg, names, points, sample_value, sidecar_with, value
 
 M = "tiny-llama"
 
@@ -46,12 +46,12 @@ def test_restart_is_counted_and_rates_never_go_negative(clock, after_load, after
     for _ in range(3):
         pub = sc.poll_once()
         clock.advance(1)
-    assert value(pub.points, "generation_tokens_per_second", model_name=M) is None  # stale, not wrong
+    assert value(pub, "generation_tokens_per_second", model_name=M) is None  # stale, not wrong
     seq.error = None
     seq.text = after_pressure
     pub = sc.poll_once()
     assert pub.vllm_restarts_total == 1
-    rates = [p for p in pub.points if p.name.endswith("_per_second")]
+    rates = [p for p in points(pub) if p.name.endswith("_per_second")]
     assert rates and all(p.value >= 0 for p in rates)
     m = scraped(pub)
     assert m[("vllm_sidecar_vllm_restarts_total", ())] == 1
@@ -66,7 +66,7 @@ def test_every_derived_signal_is_documented(clock, idle, after_load):
     clock.advance(5)
     seq.text = after_load
     pub = sc.poll_once()
-    assert {p.name for p in pub.points} <= set(DERIVED) | set(POD_DERIVED)
+    assert names(pub) <= set(DERIVED) | set(POD_DERIVED)
     build_families(pub)  # raises on an undocumented signal
 
 
@@ -92,14 +92,14 @@ def test_gpu_busy_low_throughput_learns_then_flags_the_incident(clock, after_loa
     seq.state = 0.0
     sc.baseline.spacing = 1.0
     pub = _busy_run(clock, sc, seq, after_load, 90, 1000, gpus, 97)  # a healthy busy pod
-    assert value(pub.points, "gpu_busy_low_throughput", model_name=M) == 0.0
-    assert value(pub.points, "throughput_baseline_tokens_per_second", model_name=M) == pytest.approx(1000)
+    assert value(pub, "gpu_busy_low_throughput", model_name=M) == 0.0
+    assert value(pub, "throughput_baseline_tokens_per_second", model_name=M) == pytest.approx(1000)
     pub = _busy_run(clock, sc, seq, after_load, 20, 50, gpus, 100)  # the night: busy, few tokens
-    assert value(pub.points, "gpu_busy_low_throughput", model_name=M) == 1.0
+    assert value(pub, "gpu_busy_low_throughput", model_name=M) == 1.0
     # the bad minutes did not drag the baseline down
-    assert value(pub.points, "throughput_baseline_tokens_per_second", model_name=M) == pytest.approx(1000)
+    assert value(pub, "throughput_baseline_tokens_per_second", model_name=M) == pytest.approx(1000)
     pub = _busy_run(clock, sc, seq, after_load, 20, 50, gpus, 20)  # quiet hours: low tokens, idle GPU
-    assert value(pub.points, "gpu_busy_low_throughput", model_name=M) == 0.0
+    assert value(pub, "gpu_busy_low_throughput", model_name=M) == 0.0
 
 
 def test_one_gpu_lost_keeps_the_other_and_marks_the_target(clock, after_load):

@@ -14,7 +14,7 @@ from exporter.runtime.sidecar import Sidecar
 from exporter.harness.simulate import SimVllm, template_page
 from exporter.runtime.inputs import normalize
 from conftest import page
-from helpers import value
+from helpers import points, value
 
 
 def series_shape(text):
@@ -71,7 +71,7 @@ def run_sidecar_on(scenario, seconds, onset=10, **cfg_kw):
 
 def flagged_at(history, name, **labels):
     for t, pub in history:
-        if value(pub.points, name, **labels) == 1.0:
+        if value(pub, name, **labels) == 1.0:
             return t
     return None
 
@@ -79,11 +79,11 @@ def flagged_at(history, name, **labels):
 def test_long_prompt_storm_is_caught_by_pressure_long_prompts_and_busy_low():
     h = run_sidecar_on("long-prompt-storm", 90, onset=40)
     before = [pub for t, pub in h if 25 <= t < 40]
-    assert all((value(p.points, "kv_cache_pressure_level", model_name="llama-3.1-70b-instruct") or 0) < 2 for p in before)
+    assert all((value(p, "kv_cache_pressure_level", model_name="llama-3.1-70b-instruct") or 0) < 2 for p in before)
     assert flagged_at(h, "gpu_busy_low_throughput", model_name="llama-3.1-70b-instruct") > 40
     after = h[-1][1]
-    assert value(after.points, "long_prompt_requests_per_second", model_name="llama-3.1-70b-instruct") > 0.05
-    assert value(after.points, "kv_cache_pressure_level", model_name="llama-3.1-70b-instruct") >= 2
+    assert value(after, "long_prompt_requests_per_second", model_name="llama-3.1-70b-instruct") > 0.05
+    assert value(after, "kv_cache_pressure_level", model_name="llama-3.1-70b-instruct") >= 2
 
 
 @pytest.mark.parametrize("scenario,signal", [("stall", "engine_stalled"), ("gpu-busy-low", "gpu_busy_low_throughput"),
@@ -93,20 +93,20 @@ def test_scenarios_raise_their_signal(scenario, signal):
     m = "llama-3.1-70b-instruct"
     quiet = [pub for t, pub in h if t < 35]
     if signal:
-        assert all(value(p.points, signal, model_name=m) in (None, 0.0) for p in quiet)
+        assert all(value(p, signal, model_name=m) in (None, 0.0) for p in quiet)
         assert flagged_at(h, signal, model_name=m) is not None
     else:
-        assert value(h[-1][1].points, "kv_cache_pressure_level", model_name=m) == 3
-        assert value(h[-1][1].points, "preemptions_per_second", model_name=m) > 0
+        assert value(h[-1][1], "kv_cache_pressure_level", model_name=m) == 3
+        assert value(h[-1][1], "preemptions_per_second", model_name=m) > 0
 
 
 def test_normal_day_flags_nothing():
     h = run_sidecar_on("normal", 90)
     m = "llama-3.1-70b-instruct"
     for _, pub in h:
-        assert value(pub.points, "gpu_busy_low_throughput", model_name=m) in (None, 0.0)
-        assert value(pub.points, "engine_stalled", model_name=m) in (None, 0.0)
-        assert (value(pub.points, "kv_cache_pressure_level", model_name=m) or 0) < 3
+        assert value(pub, "gpu_busy_low_throughput", model_name=m) in (None, 0.0)
+        assert value(pub, "engine_stalled", model_name=m) in (None, 0.0)
+        assert (value(pub, "kv_cache_pressure_level", model_name=m) or 0) < 3
 
 
 def test_restart_scenario_recovers_without_negative_rates():
@@ -128,7 +128,7 @@ def test_restart_scenario_recovers_without_negative_rates():
             sim.step(0.1)
         pub = sc.poll_once()
         downs += dict(pub.up)["vllm"] is False
-        assert all(p.value >= 0 for p in pub.points if p.name.endswith("_per_second"))
+        assert all(p.value >= 0 for p in points(pub) if p.name.endswith("_per_second"))
     assert downs >= 5 and pub.vllm_restarts_total == 1 and dict(pub.up)["vllm"]
 
 

@@ -44,6 +44,7 @@ MIB = 1024 * 1024
 
 
 class DcgmSource:
+    kind = "dcgm"
     reasons = FETCH_REASONS + ("unmapped",)
 
     def __init__(self, url: str, pod: str, namespace: str, timeout: float = 2.0,

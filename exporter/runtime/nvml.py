@@ -54,6 +54,7 @@ class _Device:
 class NvmlSource:
     """Reads the GPUs through an NVML module (real ``pynvml`` or a stand-in)."""
 
+    kind = "nvml"
     reasons = ("nvml_init", "nvml", "gpu_lost")
 
     def __init__(self, nvml: Any, devices: Optional[Sequence[str]] = None) -> None:

@@ -20,7 +20,7 @@ from .gpu import GpuState, GpuUnavailable
 from .inputs import INPUTS, Snapshot, normalize
 from .logs import StateLog
 from .parser import Parser
-from .signals import Baseline, Point, derive
+from .signals import Baseline, Signals, derive
 from .state import Published
 from .windows import History, restarted
 
@@ -183,17 +183,17 @@ class Sidecar:
         horizon = now - max(self.cfg.window, 1.0) - self.cfg.poll_interval
         self.util_history = [p for p in self.util_history if p[0] >= horizon]
 
-        points: List[Point] = []
+        signals = Signals()
         if snap is not None:
             window = self.history.window(now, self.cfg.window)
             stall = self.history.window(now, self.history.retention)
-            points = derive(window, stall, now, self.cfg, self.util_history, self.baseline)
-            self._learn(points, now)
+            signals = derive(window, stall, now, self.cfg, self.util_history, self.baseline)
+            self._learn(signals, now)
         self.heartbeat = self.monotonic()
         self.polls += 1
         pub = Published(
             t=now,
-            points=tuple(points),
+            signals=signals,
             up=tuple(sorted(self.up.items())),
             last_success=tuple(sorted(self.last_success.items())),
             errors_total=tuple(sorted(self.counters.errors.items())),
@@ -204,21 +204,20 @@ class Sidecar:
             vllm_restarts_total=self.counters.restarts,
             poll_seconds=tuple(sorted(self.poll_seconds.items())),
             page_bytes=self.page_bytes() if snap is not None else 0,
+            gpu_source=getattr(self.gpu_source, "kind", ""),
         )
         self._published = pub
         return pub
 
-    def _learn(self, points: List[Point], now: float) -> None:
+    def _learn(self, signals: Signals, now: float) -> None:
         """Feed the baseline with busy-time throughput, never with flagged (bad) samples."""
-        util = next((p.value for p in points if p.name == "gpu_mean_utilization_ratio"), None)
+        util = signals.gpu_mean_utilization
         if util is None or util < self.cfg.busy_utilization:
             return
-        flagged = {p.labels["model_name"] for p in points if p.name == "gpu_busy_low_throughput" and p.value}
-        for p in points:
-            if p.name == "generation_tokens_per_second":
-                model = p.labels["model_name"]
-                if model not in flagged:
-                    self.baseline.record(model, now, p.value)
+        for m in signals.models:
+            gen = m.throughput.generation_tokens_per_second
+            if gen is not None and not (m.busy_low and m.busy_low.flagged):
+                self.baseline.record(m.model, now, gen)
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

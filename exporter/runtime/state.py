@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 
 from .. import __version__
 from .gpu import GpuState
-from .signals import Point
+from .signals import Signals
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class Published:
     """Everything one scrape shows. Never mutated after it is published."""
 
     t: float
-    points: Tuple[Point, ...] = ()
+    signals: Signals = Signals()
     up: Tuple[Tuple[str, bool], ...] = ()
     last_success: Tuple[Tuple[str, float], ...] = ()
     errors_total: Tuple[Tuple[Tuple[str, str], int], ...] = ()
@@ -32,3 +32,8 @@ class Published:
     poll_seconds: Tuple[Tuple[str, float], ...] = ()
     page_bytes: int = 0
     version: str = __version__
+    gpu_source: str = ""  # "nvml" or "dcgm": the collector that reads the gpu target
+
+    def collector_name(self, target: str) -> str:
+        """The collector behind a target: vllm, or the GPU source's kind."""
+        return (self.gpu_source or target) if target == "gpu" else target

@@ -150,7 +150,9 @@ class Load:
 
 
 def value(pub, name, **labels):
-    for p in pub.points:
+    from exporter.runtime.collectors import signal_points
+
+    for p in signal_points(pub.signals):
         if p.name == name and all(p.labels.get(k) == v for k, v in labels.items()):
             return p.value
     return None
@@ -245,8 +247,7 @@ def test_real_vllm_end_to_end(tmp_path):
             wait_until(lambda: stack.alert_state(alert) is None, 120, every=1, what=f"{alert} resolved", diag=diag)
 
         # 4. vLLM dies: the sidecar keeps serving; vLLM restarts: the sidecar recovers cleanly
-        before = max((p.value for p in sidecar.sidecar.published.points if p.name == "generation_tokens_per_second"),
-                     default=0.0)
+        before = value(sidecar.sidecar.published, "generation_tokens_per_second", model_name=MODEL) or 0.0
         peak = max(before, counter_rate)
         vllm.kill()
         wait_until(lambda: dict(sidecar.sidecar.published.up).get("vllm") is False, 20, what="sidecar sees vLLM down")
@@ -262,7 +263,9 @@ def test_real_vllm_end_to_end(tmp_path):
                    diag=diag)
         for _ in range(12):
             pub = sidecar.sidecar.published
-            rates = [p.value for p in pub.points if p.name.endswith("_per_second")]
+            from exporter.runtime.collectors import signal_points
+
+            rates = [p.value for p in signal_points(pub.signals) if p.name.endswith("_per_second")]
             assert all(r >= 0 for r in rates), rates
             gen = value(pub, "generation_tokens_per_second", model_name=MODEL) or 0.0
             assert gen <= 3 * peak + 100, f"spike after restart: {gen} tokens/s against {peak} before"

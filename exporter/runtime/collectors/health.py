@@ -1,0 +1,66 @@
+"""The sidecar's own health: build, targets up, read errors by reason, inputs missing or
+resolved, malformed lines, restarts seen, poll durations, and each collector's success."""
+
+from __future__ import annotations
+
+from typing import List
+
+from prometheus_client.core import Metric
+
+from ..state import Published
+from .base import counter as _counter, gauge as _gauge
+
+
+
+def families(pub: Published) -> List[Metric]:
+    out: List[Metric] = []
+    info = _gauge("build_info", "Build of the sidecar; always 1.", ["version"])
+    info.add_metric([pub.version], 1)
+    out.append(info)
+    up = _gauge("target_up", "1 when the last read of the target (vllm, gpu) succeeded.", ["target"])
+    for target, ok in pub.up:
+        up.add_metric([target], 1 if ok else 0)
+    out.append(up)
+    success = _gauge("collector_success", "1 when the collector's source (vllm, nvml, dcgm) was read successfully "
+                     "on the last poll, per collector as node_exporter reports its collectors.", ["collector"])
+    duration = _gauge("collector_duration_seconds", "How long the collector's last read took.", ["collector"])
+    for target, ok in pub.up:
+        name = pub.collector_name(target)
+        success.add_metric([name], 1 if ok else 0)
+        secs = dict(pub.poll_seconds).get(target)
+        if secs is not None:
+            duration.add_metric([name], secs)
+    out += [success, duration]
+    last = _gauge("last_success_timestamp_seconds", "When the target was last read successfully (unix seconds).", ["target"])
+    for target, ts in pub.last_success:
+        last.add_metric([target], ts)
+    out.append(last)
+    errs = _counter("poll_errors", "Failed reads of a target, by short reason.", ["target", "reason"])
+    for (target, reason), n in pub.errors_total:
+        errs.add_metric([target, reason], n)
+    out.append(errs)
+    missing = _gauge("input_missing", "1 for each vLLM input the derivations need that the page lacks under every "
+                     "known name; 0 when present.", ["metric"])
+    for name, is_missing in pub.input_missing:
+        missing.add_metric([name], 1 if is_missing else 0)
+    out.append(missing)
+    resolved = _gauge("input_resolved", "1 for the vLLM metric name each input was read from on the last page.",
+                      ["input", "metric"])
+    for key, name in pub.input_resolved:
+        resolved.add_metric([key, name], 1)
+    out.append(resolved)
+    malformed = _counter("parse_malformed_lines", "Lines of vLLM pages that could not be read and were skipped.")
+    malformed.add_metric([], pub.malformed_lines_total)
+    out.append(malformed)
+    restarts = _counter("vllm_restarts", "vLLM restarts seen (its process start time changed).")
+    restarts.add_metric([], pub.vllm_restarts_total)
+    out.append(restarts)
+    dur = _gauge("poll_duration_seconds", "How long the last read of the target took.", ["target"])
+    for target, secs in pub.poll_seconds:
+        dur.add_metric([target], secs)
+    out.append(dur)
+    if pub.page_bytes:
+        pb = _gauge("vllm_page_bytes", "Size of the last vLLM page read (after decompression).")
+        pb.add_metric([], pub.page_bytes)
+        out.append(pb)
+    return out

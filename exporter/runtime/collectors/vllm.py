@@ -1,0 +1,149 @@
+"""The vLLM collector: the derived signals of every model as metric families.
+
+``DERIVED`` is the one table of every derived series: its name (without the prefix), help text,
+extra labels and how to read it from a ``ModelSignals``. Distributions are served as summaries
+(windowed quantiles plus cumulative ``_sum`` and ``_count``, as client libraries serve windowed
+quantiles), so ``promtool check metrics`` accepts the output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from ..signals import Distribution, ModelSignals, Signals
+from .base import PREFIX
+
+
+@dataclass(frozen=True)
+class Series:
+    help: str
+    read: Callable[[ModelSignals], object]
+    extra: Tuple[str, ...] = ()  # labels besides model_name
+    summary: bool = False  # ``read`` gives a Distribution
+
+
+def _flag(v: Optional[bool]) -> Optional[float]:
+    return None if v is None else (1.0 if v else 0.0)
+
+
+DERIVED: Dict[str, Series] = {
+    "generation_tokens_per_second": Series("Output tokens per second over the window, all engines summed, counter resets handled.",
+                                           lambda m: m.throughput.generation_tokens_per_second),
+    "prompt_tokens_per_second": Series("Prompt (prefill) tokens per second over the window.",
+                                       lambda m: m.throughput.prompt_tokens_per_second),
+    "requests_finished_per_second": Series("Finished requests per second over the window, by vLLM's finished_reason.",
+                                           lambda m: m.throughput.finished_per_second, ("finished_reason",)),
+    "request_error_ratio": Series("Requests finished with reason error over all finished requests except client aborts, over the window.",
+                                  lambda m: m.throughput.error_ratio),
+    "corrupted_requests_per_second": Series("Requests with NaN logits per second (only when vLLM counts them).",
+                                            lambda m: m.throughput.corrupted_requests_per_second),
+    "admission_rejections_per_second": Series("Requests rejected by vLLM's queue limits per second.",
+                                              lambda m: m.throughput.admission_rejections_per_second),
+    "preemptions_per_second": Series("Preemptions per second over the window.", lambda m: m.throughput.preemptions_per_second),
+    "kv_cache_usage_ratio": Series("KV-cache usage 0-1, the highest engine, whichever name vLLM uses.", lambda m: m.kv.usage),
+    "kv_cache_pressure_level": Series("0 ok, 1 elevated (usage at or above the warn threshold), 2 saturated (requests waiting for KV capacity or admissions rejected), 3 thrashing (preempting).",
+                                      lambda m: m.kv.pressure_level),
+    "kv_cache_seconds_to_full": Series("Predicted seconds until the KV cache is full at the window's linear trend; absent when usage is not rising.",
+                                       lambda m: m.kv.seconds_to_full),
+    "requests_running": Series("Requests in the running batch, all engines summed.", lambda m: m.kv.running),
+    "requests_waiting": Series("Requests waiting to be scheduled, all engines summed.", lambda m: m.kv.waiting),
+    "requests_waiting_for_capacity": Series("Waiting requests held back for lack of KV capacity.", lambda m: m.kv.waiting_for_capacity),
+    "long_prompt_requests_per_second": Series("Finished requests per second whose prompt exceeded the long-prompt threshold (interpolated inside vLLM's bucket).",
+                                              lambda m: m.prompts.long_per_second),
+    "long_prompt_request_ratio": Series("Share of finished requests whose prompt exceeded the long-prompt threshold.",
+                                        lambda m: m.prompts.long_ratio),
+    "ttft_seconds": Series("Time to first token: quantiles over the window; _sum and _count are vLLM's totals.",
+                           lambda m: m.latency.ttft, summary=True),
+    "ttft_mean_seconds": Series("Mean time to first token over the window.", lambda m: m.latency.ttft_mean),
+    "inter_token_latency_seconds": Series("Inter-token latency: quantiles over the window; _sum and _count are vLLM's totals.",
+                                          lambda m: m.latency.itl, summary=True),
+    "e2e_request_latency_seconds": Series("End-to-end request latency: quantiles over the window; _sum and _count are vLLM's totals.",
+                                          lambda m: m.latency.e2e, summary=True),
+    "queue_time_seconds": Series("Time requests spent waiting: quantiles over the window; _sum and _count are vLLM's totals.",
+                                 lambda m: m.latency.queue_time, summary=True),
+    "prompt_length_tokens": Series("Prompt length: quantiles over the window; _sum and _count are vLLM's totals.",
+                                   lambda m: m.prompts.length, summary=True),
+    "ttft_slo_attainment_ratio": Series("Share of requests whose time to first token met the TTFT objective, over the window.",
+                                        lambda m: m.latency.ttft_slo_attainment),
+    "itl_slo_attainment_ratio": Series("Share of requests whose time per output token met the generation-speed objective, over the window.",
+                                       lambda m: m.latency.itl_slo_attainment),
+    "prefix_cache_hit_ratio": Series("Prefix-cache hit tokens over queried tokens, over the window.",
+                                     lambda m: m.caches.prefix_cache_hit_ratio),
+    "spec_decode_acceptance_ratio": Series("Accepted over drafted speculative tokens, over the window.",
+                                           lambda m: m.caches.spec_decode_acceptance_ratio),
+    "throughput_baseline_tokens_per_second": Series("Learned normal generation throughput of this pod while its GPUs are busy (a high percentile over the baseline horizon).",
+                                                    lambda m: m.busy_low.baseline if m.busy_low else None),
+    "throughput_low_threshold_tokens_per_second": Series("Throughput under which a busy pod is flagged: the baseline times the low fraction, or the floor before a baseline is learned.",
+                                                         lambda m: m.busy_low.threshold if m.busy_low else None),
+    "gpu_busy_low_throughput": Series("1 while the pod's GPUs are busy and generation throughput is far below this pod's normal.",
+                                      lambda m: _flag(m.busy_low.flagged) if m.busy_low else None),
+    "engine_stalled": Series("1 while requests are running and no token has been produced for the stall time.",
+                             lambda m: _flag(m.stalled)),
+}
+# Derived series without model_name
+POD_DERIVED: Dict[str, str] = {
+    "gpu_mean_utilization_ratio": "Mean utilization of the pod's GPUs over the window.",
+}
+
+
+class Point(NamedTuple):
+    """One derived sample: (name without prefix, labels, value). For tests and the console."""
+
+    name: str
+    labels: Dict[str, str]
+    value: float
+
+
+def signal_points(signals: Signals) -> Iterator[Point]:
+    """Every derived sample in ``signals``, quantiles of distributions included."""
+    if signals.gpu_mean_utilization is not None:
+        yield Point("gpu_mean_utilization_ratio", {}, signals.gpu_mean_utilization)
+    for m in signals.models:
+        for name, series in DERIVED.items():
+            v = series.read(m)
+            if v is None:
+                continue
+            lab = {"model_name": m.model}
+            if series.summary:
+                assert isinstance(v, Distribution)
+                for q, x in v.quantiles:
+                    yield Point(name, {**lab, "quantile": repr(q)}, x)
+            elif series.extra:
+                for key, x in v.items():  # type: ignore[union-attr]
+                    yield Point(name, {**lab, series.extra[0]: key}, x)
+            else:
+                yield Point(name, lab, float(v))  # type: ignore[arg-type]
+
+
+def families(signals: Signals) -> List[Metric]:
+    out: List[Metric] = []
+    if signals.gpu_mean_utilization is not None:
+        util = GaugeMetricFamily(PREFIX + "gpu_mean_utilization_ratio", POD_DERIVED["gpu_mean_utilization_ratio"])
+        util.add_metric([], signals.gpu_mean_utilization)
+        out.append(util)
+    for name, series in sorted(DERIVED.items()):
+        if series.summary:
+            fam = Metric(PREFIX + name, series.help, "summary")
+        else:
+            fam = GaugeMetricFamily(PREFIX + name, series.help, labels=["model_name", *series.extra])
+        for m in signals.models:
+            v = series.read(m)
+            if v is None:
+                continue
+            if series.summary:
+                assert isinstance(v, Distribution)
+                for q, x in v.quantiles:
+                    fam.add_sample(PREFIX + name, {"model_name": m.model, "quantile": repr(q)}, x)
+                fam.add_sample(PREFIX + name + "_sum", {"model_name": m.model}, v.sum)
+                fam.add_sample(PREFIX + name + "_count", {"model_name": m.model}, v.count)
+            elif series.extra:
+                for key, x in v.items():  # type: ignore[union-attr]
+                    fam.add_metric([m.model, key], x)
+            else:
+                fam.add_metric([m.model], float(v))  # type: ignore[arg-type]
+        if fam.samples:
+            out.append(fam)
+    return out
