@@ -39,6 +39,7 @@ DEFAULT_SLO: Dict[str, Any] = {
         "VLLMReplicaOutlier": "15m", "VLLMPrefixCacheHitRatioLow": "30m", "GPUXidErrors": "0m",
         "GPUThermalThrottling": "10m", "GPUUncorrectableECCErrors": "0m",
     },
+    "dashboards": {"cluster_label": "cluster"},
 }
 
 def _merge(base: Dict[str, Any], over: Mapping[str, Any], path: str = "") -> Dict[str, Any]:
@@ -118,6 +119,9 @@ def validate_slo(slo: Dict[str, Any]) -> Dict[str, Any]:
         raise ConfigError("replica_labels: expected a list of label names")
     if "model_name" in labels:
         raise ConfigError("replica_labels: model_name is added by the pack itself")
+    cl = slo["dashboards"]["cluster_label"]
+    if not isinstance(cl, str) or (cl and not cl.isidentifier()):
+        raise ConfigError("dashboards.cluster_label: expected a label name, or \"\" for no cluster variable")
     sel = slo["selector"]
     if not isinstance(sel, str) or "{" in sel or "}" in sel:
         raise ConfigError("selector: expected label matchers without braces, like namespace=\"llm\"")
