@@ -414,11 +414,11 @@ def test_the_import_dialog_asks_for_prometheus_and_sets_the_datasource_variable(
                 assert p["datasource"]["uid"] == "${datasource}"
 
 
-def test_provisioned_the_datasource_variable_falls_back_to_the_default_data_source():
+def test_provisioned_the_datasource_variable_falls_back_to_an_existing_data_source():
     """Provisioning (sidecar ConfigMap, file provider, operator) ignores __inputs: the value
-    "${DS_PROMETHEUS}" then matches no data source and Grafana takes the option whose text is the
-    current text ("default": the default data source, before Scenes) or its default data source
-    (Scenes). No fixed UID anywhere."""
+    "${DS_PROMETHEUS}" then matches no data source; Grafana's pre-Scenes variable code takes the
+    option whose text is the stored text ("default": the default data source), Scenes the first
+    Prometheus data source. No fixed UID anywhere."""
     for name, d in committed().items():
         ds = d["templating"]["list"][0]
         assert ds["current"]["text"] == "default" and ds["current"]["value"] == "${DS_PROMETHEUS}"

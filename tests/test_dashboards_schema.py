@@ -121,11 +121,24 @@ def test_grafana_operator_dashboards_pass_the_crd_model():
     path = ROOT / dash_mod.OPERATOR_PATH
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     assert len(docs) == len(committed())
-    assert check_operator(docs) == []
-    wrong = copy.deepcopy(docs[0])
-    wrong["spec"]["folderName"] = "vLLM"  # not a field of the CRD
-    del wrong["spec"]["instanceSelector"]  # required
-    problems = check_operator([wrong, copy.deepcopy(docs[1]) | {"spec": docs[1]["spec"] | {"resyncPeriod": 600}}])
-    text = "\n".join(problems)
-    assert "instanceSelector" in text and "resyncPeriod" in text, text
-    assert "folderName" in "\n".join(check_operator([docs[0] | {"spec": docs[0]["spec"] | {"folderName": "x"}}]))
+
+    def wrong(name, **spec):
+        d = copy.deepcopy(docs[0])
+        d["metadata"]["name"] = name
+        d["spec"].update(spec)
+        return d
+
+    unknown = wrong("unknown-field", folderName="vLLM")  # not a field of the CRD
+    missing = wrong("no-selector")
+    del missing["spec"]["instanceSelector"]  # required
+    typed = wrong("wrong-type", resyncPeriod=600)  # a duration string
+    problems = check_operator(docs + [unknown, missing, typed])
+    n = len(docs)
+    # TypeScript names the constant (doc_<index>), the CRD's JSON schema the document
+    by_doc = {i: [p for p in problems if f"doc_{i} " in p or f"document {i} " in p] for i in range(n + 3)}
+    assert sum(map(len, by_doc.values())) == len(problems), problems
+    assert not any(by_doc[i] for i in range(n)), problems
+    assert any("'\"folderName\"' does not exist" in p for p in by_doc[n]), by_doc[n]
+    assert any("instanceSelector" in p for p in by_doc[n + 1]), by_doc[n + 1]
+    assert any("resyncPeriod must be string" in p for p in by_doc[n + 2]), by_doc[n + 2]
+    assert any("TS2322" in p for p in by_doc[n + 2]), by_doc[n + 2]

@@ -192,7 +192,7 @@ def write_ts(dashboard: Mapping, alias: str, pkg: Path) -> str:
         if "options" in p:
             consts.append(f"export const panel_{pid}_options: Plain<{ns}.Options> = {_literal(p['options'])};")
         custom = p.get("fieldConfig", {}).get("defaults", {}).get("custom")
-        if custom is not None and "FieldConfig" in Path(mod).read_text():
+        if custom is not None and "export interface FieldConfig " in Path(mod).read_text():
             consts.append(f"export const panel_{pid}_custom: Plain<{ns}.FieldConfig> = {_literal(custom)};")
     return "\n".join(imports) + "\n\n" + PLAIN + "\n" + "\n\n".join(consts) + "\n"
 

@@ -217,9 +217,10 @@ class Builder:
         c = f'{self.cluster}=~"$cluster"' if self.cluster else ""
         ns = ", ".join(x for x in (c, 'namespace=~"$namespace"') if x)
         out: List[Dict[str, Any]] = [
-            # Provisioned (ConfigMap, file, operator): "${DS_PROMETHEUS}" matches no data source and
-            # Grafana falls back to the default one (by the text "default" before Scenes, by its own
-            # default-data-source rule with Scenes). Imported: the value is the chosen data source.
+            # Imported: "${DS_PROMETHEUS}" becomes the chosen data source's UID, which Scenes-based
+            # dashboards select (they match the value). Provisioned (ConfigMap, file, operator), it
+            # matches nothing: the pre-Scenes variable code matches the text "default" (the default
+            # data source), Scenes takes the first Prometheus in Grafana's list.
             {"type": "datasource", "name": "datasource", "label": "Data source", "query": "prometheus",
              "current": {"selected": False, "text": "default", "value": "${" + DS_INPUT + "}"},
              "hide": 0, "refresh": 1, "regex": "", "includeAll": False, "multi": False},
