@@ -425,3 +425,32 @@ def test_provisioned_the_datasource_variable_falls_back_to_an_existing_data_sour
         assert ds["regex"] == "" and not ds["includeAll"] and not ds["multi"]
         uids = {v for path, v in _walk(d) if path.endswith(".uid") and path != ".uid"}
         assert uids <= {"${datasource}", "-- Grafana --"}, (name, uids)
+
+
+def _recording_rules_read(dashes):
+    return {rec for d in dashes.values() for p in d["panels"] for t in p.get("targets", [])
+            for rec in re.findall(r"\b[a-z_]+:[a-z_]+:[a-z_]+\w*", t["expr"])}
+
+
+def _recorded(slo):
+    from exporter.pack.rules import render_groups
+
+    return {r["record"] for g in render_groups(slo) for r in g["rules"] if "record" in r}
+
+
+def test_every_recording_rule_a_panel_reads_is_in_the_rules_pack():
+    slo = load_slo(str(SLO_FILE))
+    missing = _recording_rules_read(committed()) - _recorded(slo)
+    assert not missing, sorted(missing)
+
+
+@pytest.mark.xfail(strict=True, reason="rules.py still writes the namespace_pod_model level itself instead of "
+                   "taking it from exporter.pack.names (replica_labels ignored in rule names); remove this mark "
+                   "once it does")
+def test_every_recording_rule_a_panel_reads_is_in_the_rules_pack_for_another_slo(tmp_path):
+    f = tmp_path / "slo.yaml"
+    f.write_text(OTHER_SLO)
+    slo = load_slo(str(f))
+    dashes = {n: json.loads(t) for n, t in dash_mod.render_all(slo).items()}
+    missing = _recording_rules_read(dashes) - _recorded(slo)
+    assert not missing, sorted(missing)
