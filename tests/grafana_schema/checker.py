@@ -18,7 +18,8 @@ exporter writes them (they are not part of the dashboard model).
 ``Dashboard`` types a panel's ``options`` and ``fieldConfig.defaults.custom`` as
 ``Record<string, unknown>``: the panel plugins own those shapes. Where the package ships a
 plugin's own types (``raw/composable/<plugin>/panelcfg``: time series, stat, heatmap, table,
-state timeline) those parts are checked against them too. ``Plain<T>`` turns the plugins' string
+state timeline) those parts are checked against them too, and so are the queries against the
+Prometheus query model where the package has it (Grafana 10's). ``Plain<T>`` turns the plugins' string
 enums into the union of their values (JSON holds ``"scheme"``, not ``HeatmapColorMode.Scheme``),
 and changes nothing else.
 
@@ -74,7 +75,7 @@ type Plain<T> = T extends string ? `${T}` : T extends number | boolean | null | 
 class TscError:
     major: str  # the Grafana major, or what else was checked
     file: str  # the dashboard's file name, e.g. vllm-overview.json
-    where: str  # the constant the error is in: dashboard, panel_7_options, panel_7_custom
+    where: str  # the constant the error is in: dashboard, panel_7_options, panel_7_custom, panel_7_targets
     line: int
     code: str  # TS2353
     message: str
@@ -162,8 +163,8 @@ def _literal(value, indent: int = 0) -> str:
     return text.replace("\n", "\n" + " " * indent)
 
 
-def _plugin_module(pkg: Path, plugin_dir: str) -> Optional[Path]:
-    found = sorted((pkg / "dist" / "esm" / "raw" / "composable" / plugin_dir / "panelcfg" / "x").glob("*.d.ts"))
+def _plugin_module(pkg: Path, plugin_dir: str, kind: str = "panelcfg") -> Optional[Path]:
+    found = sorted((pkg / "dist" / "esm" / "raw" / "composable" / plugin_dir / kind / "x").glob("*.d.ts"))
     return found[0] if found else None
 
 
@@ -179,7 +180,14 @@ def write_ts(dashboard: Mapping, alias: str, pkg: Path) -> str:
     imports = [f"import type {{ Dashboard }} from '{alias}';"]
     consts = [f"export const dashboard: Plain<Dashboard> & Exported = {_literal(dashboard)};"]
     used: Dict[str, str] = {}
+    # the Prometheus query model, where the package ships it (Grafana 10's; later ones moved it out)
+    prom = _plugin_module(pkg, "prometheus", "dataquery")
+    if prom is not None:
+        imports.append(f"import type * as prometheus from '{str(prom)[: -len('.d.ts')]}';")
     for p in _panels(dashboard):
+        if prom is not None and p.get("targets"):
+            consts.append(f"export const panel_{p.get('id')}_targets: Array<Plain<prometheus.PrometheusDataQuery>> = "
+                          f"{_literal(p['targets'])};")
         plugin_dir = PLUGIN_DIRS.get(p.get("type", ""))
         mod = _plugin_module(pkg, plugin_dir) if plugin_dir else None
         if mod is None:
