@@ -105,7 +105,7 @@ def test_alert_panels_link_to_runbooks():
     assert {"VLLMKVCacheExhausted", "VLLMGPUBusyLowThroughput", "VLLMTTFTHigh", "VLLMLongPromptSurge"} <= linked
 
 
-def test_thresholds_come_from_the_slo_file_simple(tmp_path):
+def test_thresholds_come_from_the_slo_file(tmp_path):
     f = tmp_path / "slo.yaml"
     f.write_text("objectives: {ttft_p95_seconds: 2.25}\nkv_cache: {warn: 0.85}\n")
     d = json.loads(dash_mod.render_all(load_slo(str(f)))["vllm-overview.json"])
