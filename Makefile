@@ -34,7 +34,8 @@ test: $(VPY) deps
 
 rules: $(VPY)
 	$(VENV)/bin/vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .
-	$(VENV)/bin/vllm-sidecar-exporter dashboards --slo rules/slo.yaml --out-dir dashboards --k8s-out deploy/kubernetes/base/grafana-dashboards.yaml
+	$(VENV)/bin/vllm-sidecar-exporter dashboards --slo rules/slo.yaml --out-dir dashboards --k8s-out deploy/kubernetes/base/grafana-dashboards.yaml \
+		--operator-out deploy/kubernetes/components/grafana-operator/grafana-dashboards.yaml
 
 bench: $(VPY)
 	$(VPY) bench/bench_parser.py

@@ -115,6 +115,12 @@ def _label_map(v: Any, where: str) -> Dict[str, str]:
     return {k: str(x) for k, x in v.items()}
 
 
+def _label_or_empty(v: Any, where: str) -> str:
+    if not isinstance(v, str) or (v and not _LABEL_RE.fullmatch(v)):
+        raise ConfigError(f"{where}: expected a label name, or \"\" for no cluster variable")
+    return v
+
+
 def _int_list(v: Any, where: str) -> List[int]:
     if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
         raise ConfigError(f"{where}: expected a list of positive whole numbers")
@@ -186,6 +192,7 @@ SCHEMA: Dict[str, Check] = {
     "gpu_busy_low.baseline_min_busy": _duration,
     "stall.after": _duration,
     "gpu.fatal_xids": _int_list,
+    "dashboards.cluster_label": _label_or_empty,
 }
 SECTIONS = sorted({k.split(".")[0] for k in SCHEMA if "." in k})
 

@@ -176,6 +176,43 @@ def test_dashboard_configmaps_hold_exactly_the_dashboards(rendered):
         render_all(load_slo(str(ROOT / "rules" / "slo.yaml")))), "run `make rules`"
 
 
+def test_grafana_operator_component_reads_the_dashboard_configmaps(tmp_path):
+    """The grafana-operator alternative: the committed GrafanaDashboards are the rendered ones, and
+    an overlay with the component (and a name prefix) gets one GrafanaDashboard per dashboard whose
+    configMapRef names a ConfigMap holding exactly that dashboard, with the sidecar's label gone.
+    (Their shape against the CRD's model: test_dashboards_schema.py.)"""
+    import os
+
+    from exporter.pack.dashboards import OPERATOR_PATH, render_all, render_operator
+    from exporter.slo import load_slo
+
+    assert (ROOT / OPERATOR_PATH).read_text() == render_operator(
+        render_all(load_slo(str(ROOT / "rules" / "slo.yaml")))), "run `make rules`"
+    rel = os.path.relpath(K8S, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: llm\nnamePrefix: team-\n"
+        f"resources:\n  - {rel}/base\ncomponents:\n  - {rel}/components/grafana-operator\n")
+    docs = kustomize(tmp_path)
+    files = {p.name: p.read_text() for p in (ROOT / "dashboards").glob("*.json")}
+    cms = {d["metadata"]["name"]: d for d in by_kind(docs, "ConfigMap")}
+    gds = by_kind(docs, "GrafanaDashboard")
+    assert len(gds) == len(files)
+    seen = set()
+    for gd in gds:
+        assert gd["apiVersion"] == "grafana.integreatly.org/v1beta1" and gd["metadata"]["namespace"] == "llm"
+        spec = gd["spec"]
+        assert spec["instanceSelector"]["matchLabels"] and spec["folder"] == "vLLM"
+        ref = spec["configMapRef"]
+        cm = cms[ref["name"]]  # renamed with the prefix like the ConfigMap itself
+        assert cm["data"][ref["key"]] == files[ref["key"]]
+        assert gd["metadata"]["name"] == "team-" + json.loads(files[ref["key"]])["uid"]
+        seen.add(ref["key"])
+    assert seen == set(files)
+    for cm in cms.values():
+        if cm["metadata"]["name"].endswith("-dashboard"):
+            assert "grafana_dashboard" not in cm["metadata"].get("labels", {})  # the sidecar leaves them alone
+
+
 def test_pod_monitor_scrapes_vllm_and_the_sidecar(rendered):
     pm = by_kind(rendered["llama-8b-1gpu"], "PodMonitor")[0]
     dep = by_kind(rendered["llama-8b-1gpu"], "Deployment")[0]

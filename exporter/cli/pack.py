@@ -47,13 +47,16 @@ def rules_main(argv: Sequence[str], env: Mapping[str, str]) -> int:
 
 
 def dashboards_main(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    from ..pack.dashboards import K8S_PATH, render_all, render_configmaps
+    from ..pack.dashboards import K8S_PATH, OPERATOR_PATH, render_all, render_configmaps, render_operator
 
     def add(p) -> None:
         p.add_argument("--out-dir", metavar="DIR", default="dashboards",
                        help="where to write the JSON files (default dashboards)")
         p.add_argument("--k8s-out", metavar="FILE",
                        help=f"also write them as ConfigMaps for Grafana's sidecar (e.g. {K8S_PATH})")
+        p.add_argument("--operator-out", metavar="FILE",
+                       help=f"also write grafana-operator GrafanaDashboards reading those ConfigMaps "
+                            f"(e.g. {OPERATOR_PATH})")
 
     ns, slo = parse_slo_command("dashboards", "Render the Grafana dashboards from an SLO file.", argv, add)
     if slo is None:
@@ -68,4 +71,8 @@ def dashboards_main(argv: Sequence[str], env: Mapping[str, str]) -> int:
         with open(ns.k8s_out, "w", encoding="utf-8") as fh:
             fh.write(render_configmaps(rendered))
         sys.stderr.write(f"wrote {ns.k8s_out}\n")
+    if ns.operator_out:
+        with open(ns.operator_out, "w", encoding="utf-8") as fh:
+            fh.write(render_operator(rendered))
+        sys.stderr.write(f"wrote {ns.operator_out}\n")
     return 0

@@ -1,0 +1,57 @@
+"""Dashboard: KV cache, queue, preemptions and configured capacity per replica."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from .builder import LEVEL_MAP, Builder, Panel, Row, Target
+
+
+def capacity(b: Builder) -> Dict[str, Any]:
+    kv = b.slo["kv_cache"]
+    W = b.window
+    items = [
+        Row("KV cache"),
+        Panel("KV-cache usage", f"KV-cache usage per replica (highest engine, either vLLM name). Full is normal for "
+              f"vLLM; the lines mark {kv['warn']:g} and {kv['critical']:g}.",
+              [Target(b.replica("vllm_kv_cache_usage", "max"), "{{pod}}")], unit="percentunit", w=12, min=0, max=1,
+              thresholds=((kv["warn"], "orange"), (kv["critical"], "red")), threshold_style="line",
+              runbooks=("VLLMKVCacheExhausted",)),
+        Panel("KV pressure level", "The sidecar's judgement: ok, elevated (high usage), saturated (requests wait for "
+              "capacity or are rejected), thrashing (preempting).",
+              [Target(b.s("vllm_sidecar_kv_cache_pressure_level"), "{{pod}}")], kind="state-timeline",
+              unit="none", w=12, mappings=LEVEL_MAP, runbooks=("VLLMKVCacheExhausted",)),
+        Panel("Requests running and waiting", "Requests in the running batch and waiting, by the reason vLLM gives "
+              "(capacity: no KV room; deferred: LoRA budget, KV transfer).",
+              [Target(f"sum by (pod) ({b.s('vllm:num_requests_running')})", "{{pod}} running"),
+               Target(f"sum by (pod, reason) ({b.s('vllm:num_requests_waiting_by_reason')})",
+                      "{{pod}} waiting ({{reason}})")],
+              unit="short", w=12, runbooks=("VLLMQueueBuildup",)),
+        Panel("Preemptions", f"Running requests preempted per second over {W} (their KV is dropped and recomputed); "
+              f"VLLMPreemptionsSustained fires when some happen in every {b.sustain} window.",
+              [Target(b.replica("vllm_preemptions", "rate"), "{{pod}}")], unit="ops", w=12,
+              runbooks=("VLLMPreemptionsSustained",)),
+        Panel("Predicted time to full", "Seconds until the KV cache is full at the current trend (the sidecar); "
+              "empty while usage is not rising.",
+              [Target(b.s("vllm_sidecar_kv_cache_seconds_to_full"), "{{pod}}",
+                      empty_ok="only while KV usage is rising")], unit="s", w=8),
+        Panel("Admission rejections", "Requests rejected by vLLM's queue limits per second, by reason.",
+              [Target(f"sum by (pod, reason) (rate({b.s('vllm:admission_rejections_total')}[$__rate_interval]))",
+                      "{{pod}} {{reason}}")], unit="reqps", w=8),
+        Panel("Waiting for capacity", "Requests held back for lack of KV capacity, per replica.",
+              [Target(b.replica("vllm_requests_waiting_capacity", "sum"), "{{pod}}")], unit="short", w=8,
+              runbooks=("VLLMKVCacheExhausted",)),
+        Row("Configured capacity"),
+        Panel("KV capacity", "KV-cache size in tokens and blocks, block size and memory share, from "
+              "vllm:cache_config_info (labels of an info metric).",
+              [Target(f"max by (pod, kv_cache_size_tokens, num_gpu_blocks, block_size, gpu_memory_utilization, "
+                      f"enable_prefix_caching) ({b.s('vllm:cache_config_info', False)})", fmt="table", instant=True)],
+              kind="table", unit="none", w=24, h=6,
+              transformations=[{"id": "organize", "options": {
+                  "excludeByName": {"Time": True, "Value": True},
+                  "renameByName": {"kv_cache_size_tokens": "KV tokens", "num_gpu_blocks": "KV blocks",
+                                   "block_size": "block size", "gpu_memory_utilization": "GPU memory share",
+                                   "enable_prefix_caching": "prefix caching"}}}]),
+    ]
+    return b.dashboard("vllm-capacity", "vLLM / Capacity",
+                       "KV cache, queue, preemptions and configured capacity per replica.", items)
