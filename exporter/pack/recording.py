@@ -52,21 +52,31 @@ def throughput(c: Ctx) -> List[Recording]:
                   f"  {c.rate('vllm:request_success_total')} * 0\n)\n"
                   f"/\n({c.rate('vllm:request_success_total', '', NOABORT)} > 0)"),
         Recording(c.rec("vllm_preemptions", "rate"), c.rate("vllm:num_preemptions_total")),
+        # over the sustain window too: "preempting at every evaluation" is read from this one
+        Recording(c.rec("vllm_preemptions", "rate", c.S2), c.rate("vllm:num_preemptions_total", c.S2)),
         Recording(c.rec("vllm_admission_rejections", "rate"), c.rate("vllm:admission_rejections_total")),
     ]
 
 
 def kv_and_queue(c: Ctx) -> List[Recording]:
-    """KV-cache usage (the fullest engine) and the running and waiting requests."""
+    """KV-cache usage (the fullest engine), the running and waiting requests, and the requests
+    held back for KV capacity: vLLM says so (``num_requests_waiting_by_reason{reason="capacity"}``);
+    an older release does not, and then requests that wait while the batch runs below its recent
+    peak are held back by the cache (the batch has room, nothing else stops them); requests
+    waiting behind a full batch are not."""
     by, s = c.by, c.s
+    running = c.rec("vllm_requests_running", "sum")
+    waiting = c.rec("vllm_requests_waiting", "sum")
     return [
         Recording(c.rec("vllm_kv_cache_usage", "max"),
                   f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor\nmax by ({by}) (vllm:gpu_cache_usage_perc{s()})"),
-        Recording(c.rec("vllm_requests_running", "sum"), f"sum by ({by}) (vllm:num_requests_running{s()})"),
-        Recording(c.rec("vllm_requests_waiting", "sum"), f"sum by ({by}) (vllm:num_requests_waiting{s()})"),
+        Recording(running, f"sum by ({by}) (vllm:num_requests_running{s()})"),
+        Recording(waiting, f"sum by ({by}) (vllm:num_requests_waiting{s()})"),
         Recording(c.rec("vllm_requests_waiting_capacity", "sum"),
                   f"sum by ({by}) (vllm:num_requests_waiting_by_reason{s(CAPACITY)})\n"
-                  f"or\nsum by ({by}) (vllm:num_requests_waiting{s()})"),
+                  f"or\n(\n  {waiting} > 0\n  and on ({by})\n"
+                  f"  ({running} < 0.9 * max_over_time({running}[{c.windows['batch_peak']}]))\n)\n"
+                  f"or\n{waiting} * 0"),
     ]
 
 
@@ -83,6 +93,28 @@ def prompts_and_cache(c: Ctx) -> List[Recording]:
         Recording(c.rec("vllm_prefix_cache_hit", "ratio_rate"),
                   f"(\n  {c.rate('vllm:prefix_cache_hits_total')}\n  /\n  ({c.rate('vllm:prefix_cache_queries_total')} > 0)\n)\nor\n"
                   f"(\n  {c.rate('vllm:gpu_prefix_cache_hits_total')}\n  /\n  ({c.rate('vllm:gpu_prefix_cache_queries_total')} > 0)\n)"),
+    ]
+
+
+def fleet_normal(c: Ctx) -> List[Recording]:
+    """Per model, what one of its replicas does: the model-level series the "compared with
+    normal" alerts take their baseline from. Keyed by the model, never the pod, so the history
+    survives rollouts and replaced pods."""
+    svc, s = c.svc, c.s
+
+    def model_rate(new: str, old: str) -> str:
+        return f"sum by ({svc}) (rate({new}{s()}[{c.W}]))\nor\nsum by ({svc}) (rate({old}{s()}[{c.W}]))"
+
+    busy = c.slo["gpu_busy_low"]["busy_utilization"]
+    return [
+        Recording(c.mrec("vllm_long_prompt_requests_per_replica", "rate"),
+                  f"avg by ({svc}) ({c.rec('vllm_long_prompt_requests', 'rate')})"),
+        Recording(c.mrec("vllm_generation_tokens_per_busy_replica", "rate"),
+                  f"avg by ({svc}) (\n  {c.rec('vllm_generation_tokens', 'rate')}\n  and on ({c.r})\n"
+                  f"  (max by ({c.r}) (vllm_sidecar_gpu_mean_utilization_ratio{s()}) >= {busy})\n)"),
+        Recording(c.mrec("vllm_prefix_cache_hit", "ratio_rate"),
+                  f"(\n{indent(model_rate('vllm:prefix_cache_hits_total', 'vllm:gpu_prefix_cache_hits_total'))}\n)\n/\n"
+                  f"(\n{indent(model_rate('vllm:prefix_cache_queries_total', 'vllm:gpu_prefix_cache_queries_total'))}\n) > 0"),
     ]
 
 
@@ -123,32 +155,70 @@ def burn_windows(slo) -> List[str]:
     return sorted(ws, key=seconds)
 
 
-def availability(c: Ctx) -> List[Recording]:
-    """The availability SLI's error ratio per model over every burn-rate window."""
-    return [Recording(c.mrec("vllm_availability_errors", "ratio_rate", w), availability_ratio(c, w))
-            for w in burn_windows(c.slo)]
+def _model_of(c: Ctx) -> str:
+    """Which model each replica serves, for series without model_name (the HTTP server's); kept
+    for a rate window after the replica is gone, so its last answers still count."""
+    return f"group by ({c.r}, model_name) (last_over_time(vllm:num_requests_running{c.s()}[{c.W}]))"
 
 
-def availability_ratio(c: Ctx, w: str) -> str:
-    s, svc, r = c.s, c.svc, c.r
-    if c.slo["availability_sli"] == "engine":
-        return (f"(\n  sum by ({svc}) (rate(vllm:request_success_total{s(ERR)}[{w}]))\n  or\n"
-                f"  sum by ({svc}) (rate(vllm:request_success_total{s()}[{w}])) * 0\n)\n/\n"
-                f"(sum by ({svc}) (rate(vllm:request_success_total{s(NOABORT)}[{w}])) > 0)")
-    model_of = f"group by ({r}, model_name) (vllm:num_requests_running{s()})"
+def _http(c: Ctx, status: str) -> str:
     handler = 'handler=~"' + c.slo["http_handlers"] + '"'
-
-    def per_pod(status: str) -> str:
-        return f"sum by ({r}) (rate(http_requests_total{s(handler, status)}[{w}]))"
-
-    def by_model(expr: str) -> str:
-        return f"sum by ({svc}) (\n  {expr}\n  * on ({r}) group_left (model_name)\n  {model_of}\n)"
-    # the instrumentation creates the status="5xx" series only at the first 5xx: none yet is 0
-    errors = f"(\n    {per_pod(S5XX)}\n    or\n    {per_pod('')} * 0\n  )"
-    return f"{by_model(errors)}\n/\n({by_model(per_pod(NOT4XX))} > 0)"
+    return (f"sum by ({c.r}) (rate(http_requests_total{c.s(handler, status)}[{c.W}]))\n"
+            f"* on ({c.r}) group_left (model_name)\n{_model_of(c)}")
 
 
-FAMILIES = (throughput, kv_and_queue, prompts_and_cache, latency, per_model, availability)
+def availability_errors(c: Ctx) -> str:
+    """Failed requests per second of one replica, per the SLO's availability SLI."""
+    engine = c.rate("vllm:request_success_total", "", ERR)
+    zero = f"{c.rate('vllm:request_success_total')} * 0"  # no error series yet: no error yet
+    sli = c.slo["availability_sli"]
+    if sli == "engine":
+        return f"{engine}\nor\n{zero}"
+    if sli == "http":
+        return f"(\n{indent(_http(c, S5XX))}\n)\nor\n{zero}"
+    # combined: the larger of the two counts, so a request vLLM records twice counts once
+    return (f"max by ({c.by}) (\n"
+            f"  label_replace(\n{indent(engine, 4)},\n    \"source\", \"engine\", \"\", \"\"\n  )\n  or\n"
+            f"  label_replace(\n{indent(_http(c, S5XX), 4)},\n    \"source\", \"http\", \"\", \"\"\n  )\n  or\n"
+            f"  {zero}\n)")
+
+
+def availability_requests(c: Ctx) -> str:
+    """Valid requests per second of one replica: HTTP answers except 4xx (aborts and the
+    clients' own mistakes are not the service's), else the engine's finished requests except
+    aborts."""
+    engine = c.rate("vllm:request_success_total", "", NOABORT)
+    if c.slo["availability_sli"] == "engine":
+        return engine
+    return f"(\n{indent(_http(c, NOT4XX))}\n)\nor\n{engine}"
+
+
+def availability(c: Ctx) -> List[Recording]:
+    """The availability SLI: failed and valid requests per replica, summed per model at every
+    evaluation; every longer window is the sum over time of those model-level rates, so a
+    replica's errors stay in the budget after the replica is gone."""
+    from ..slo import seconds
+
+    errors, requests = c.rec("vllm_availability_errors", "rate"), c.rec("vllm_availability_requests", "rate")
+    m_errors, m_requests = c.mrec("vllm_availability_errors", "rate"), c.mrec("vllm_availability_requests", "rate")
+    out = [
+        Recording(errors, availability_errors(c)),
+        Recording(requests, availability_requests(c)),
+        Recording(c.rec("vllm_availability_errors", "ratio_rate"), f"{errors}\n/ on ({c.by})\n({requests} > 0)"),
+        Recording(m_errors, f"sum by ({c.svc}) ({errors})"),
+        Recording(m_requests, f"sum by ({c.svc}) ({requests})"),
+    ]
+    for w in burn_windows(c.slo):
+        name = c.mrec("vllm_availability_errors", "ratio_rate", w)
+        if seconds(w) <= seconds(c.W):  # the rate window itself (shorter ones read it too)
+            expr = f"{m_errors}\n/ on ({c.svc})\n({m_requests} > 0)"
+        else:
+            expr = f"sum_over_time({m_errors}[{w}])\n/ on ({c.svc})\n(sum_over_time({m_requests}[{w}]) > 0)"
+        out.append(Recording(name, expr))
+    return out
+
+
+FAMILIES = (throughput, kv_and_queue, prompts_and_cache, latency, per_model, fleet_normal, availability)
 
 
 def recording_rules(c: Ctx, families: Sequence = FAMILIES) -> List[Recording]:

@@ -11,6 +11,8 @@ The templates (``runbook_templates/<Alert>.md``, shipped in the package) are Mar
     {{ for RULE }} / {{ severity RULE }} / {{ stays RULE }}
                                     an alert rule's `for` in words, its severity, and how long it
                                     stays firing after its condition clears (keep_firing_for)
+    {{ lifecycle RULE [RULE...] }}  the sentence every runbook carries: when it fires and how long
+                                    it stays after recovery
     {{ le_long }} {{ itl_ms }} {{ budget }}
                                     the long-prompt bucket bound, the inter-token latency
                                     objective in ms, the error budget in percent
@@ -62,11 +64,27 @@ class _Renderer:
             "for": lambda rule: human_duration(slo["alerts"][rule]["for"]),
             "severity": lambda rule: slo["alerts"][rule].get("severity", self._default_severity(rule)),
             "stays": lambda rule: human_duration(slo["alerts"][rule].get("keep_firing_for", "0s")),
+            "lifecycle": self._lifecycle,
             "le_long": lambda: le_for(slo["long_prompt"]["tokens"]),
             "itl_ms": lambda: f"{1000.0 / o['output_tokens_per_second']:.1f}",
             "budget": lambda: f"{(1 - o['availability']) * 100:.3g}%",
         }
         self._severities = None
+
+    def _lifecycle(self, *rules: str) -> str:
+        """One sentence: when the alert fires and how long it stays after recovery."""
+        parts = []
+        for rule in rules:
+            s = self.slo["alerts"][rule]
+            fire = "as soon as its condition holds" if s["for"] in ("0s", "0m") else \
+                f"once its condition has held for {human_duration(s['for'])}"
+            keep = s.get("keep_firing_for")
+            stay = (f"stays firing {human_duration(keep)} after the condition clears (so a condition that "
+                    f"comes and goes is one alert, not a page each time)") if keep else \
+                "resolves at the first evaluation without its condition"
+            who = f"`{rule}`: " if len(rules) > 1 else ""
+            parts.append(f"{who}fires {fire}, and {stay}.")
+        return "**When:** " + " ".join(parts)
 
     def _window(self, w: str) -> str:
         return human_window(self.slo, w)

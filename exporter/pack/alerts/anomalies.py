@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import List
 
-from ..context import Ctx
+from ..context import Ctx, indent
+from .capacity import fleet_normal
 from . import Alert
 
 
@@ -14,14 +15,27 @@ def alerts(c: Ctx) -> List[Alert]:
     ol = c.slo["outlier"]
     tok = c.rec("vllm_generation_tokens", "rate")
     ttft95 = f"max without (quantile) ({c.rec('vllm_time_to_first_token_seconds', 'histogram_quantile')}{{quantile=\"0.95\"}})"
+    bl = c.slo["gpu_busy_low"]
+    pc = c.slo["prefix_cache"]
+    busy = f"max by ({c.r}) (vllm_sidecar_gpu_mean_utilization_ratio{s()}) >= {bl['busy_utilization']}"
+    # the model's normal busy throughput per replica, from the whole fleet's history: a pod with no
+    # history of its own (a new pod, whose sidecar has not learned yet) is still compared
+    normal_busy = fleet_normal(c, c.mrec("vllm_generation_tokens_per_busy_replica", "rate"))
+    hit = c.rec("vllm_prefix_cache_hit", "ratio_rate")
+    hit_normal = fleet_normal(c, c.mrec("vllm_prefix_cache_hit", "ratio_rate"))
+    age = f"time() - max by ({c.r}) (process_start_time_seconds{s()} and on (job, instance) vllm:num_requests_running{s()})"
     return [
         Alert("VLLMGPUBusyLowThroughput",
-              f"max by ({by}) (vllm_sidecar_gpu_busy_low_throughput{s()}) == 1",
+              f"max by ({by}) (vllm_sidecar_gpu_busy_low_throughput{s()}) == 1\nor\n(\n"
+              f"  {tok}\n  < on ({svc}) group_left ()\n  ({bl['low_throughput_fraction']} * {normal_busy})\n"
+              f"  and on ({c.r})\n  {busy}\n)",
               "critical",
               f"GPUs busy but few tokens on {who} ({c.model})",
-              "The replica's GPUs are at high utilization but generation throughput is far below what this "
-              "replica normally does at that load (the sidecar's learned baseline). Typical cause: a flood of "
-              "very long prompts (prefill and recomputation), KV thrashing, or a sick GPU. Compare with its peers."),
+              "The replica's GPUs are at high utilization but generation throughput is far below normal at that "
+              "load: below the sidecar's learned baseline for this pod, or below what the model's replicas "
+              "normally make while busy (the fleet's history, which a new pod has from its first minute). "
+              "Typical cause: a flood of very long prompts (prefill and recomputation), KV thrashing, or a sick "
+              "GPU. Compare with its peers."),
         Alert("VLLMEngineStalled",
               f"max by ({by}) (vllm_sidecar_engine_stalled{s()}) == 1\nor\n"
               f"(\n  {c.rec('vllm_requests_running', 'sum')} > 0\n  and on ({by})\n"
@@ -44,10 +58,13 @@ def alerts(c: Ctx) -> List[Alert]:
               "replicas of {{ $labels.model_name }}: one sick replica hides behind a healthy average. Check its "
               "prompts, KV cache and GPUs; restart or drain it."),
         Alert("VLLMPrefixCacheHitRatioLow",
-              f"{c.rec('vllm_prefix_cache_hit', 'ratio_rate')} < {c.slo['prefix_cache']['min_hit_ratio']}\n"
-              f"and on ({by})\n{c.rec('vllm_requests_finished', 'rate')} > 0",
+              f"{hit} < {pc['min_hit_ratio']}\n"
+              f"and on ({by})\n{hit}\n< on ({svc}) group_left ()\n({pc['fleet_factor']} * {hit_normal})\n"
+              f"and on ({by})\n{c.rec('vllm_requests_finished', 'rate')} > 0\n"
+              f"and on ({c.r})\n({age}) > {c.seconds(pc['warmup']):g}",
               "info",
               f"Low prefix-cache hit ratio on {who} ({c.model})",
-              "Only {{ $value | humanizePercentage }} of prompt tokens came from the prefix cache. With a fixed "
-              "system prompt this should be high: check cache-aware routing and the prompt template."),
+              "Only {{ $value | humanizePercentage }} of prompt tokens came from the prefix cache, far below what "
+              "this model's replicas normally hit. With a fixed system prompt this should be high: check "
+              "cache-aware routing and the prompt template."),
     ]

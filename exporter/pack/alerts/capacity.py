@@ -5,51 +5,74 @@ from __future__ import annotations
 
 from typing import List
 
-from ..context import Ctx, le_for
+from ..context import Ctx, indent, le_for
 from . import Alert
 
 
+def fleet_normal(c: Ctx, per_replica_model_rate: str) -> str:
+    """What one replica of the model normally does: the fleet's average over the baseline window
+    (keyed by the model, so it survives rollouts); a model without that history compares with
+    the median of its replicas now, when it has enough of them; otherwise there is no normal
+    and nothing is compared (a new model on ordinary traffic never fires)."""
+    w = c.windows
+    return (f"avg_over_time({per_replica_model_rate}[{w['baseline']}] offset {w['baseline_offset']})")
+
+
 def alerts(c: Ctx) -> List[Alert]:
-    by, s, who, W, S2 = c.by, c.s, c.who, c.W, c.S2
+    by, s, who, svc = c.by, c.s, c.who, c.svc
     kv = c.slo["kv_cache"]
     lp = c.slo["long_prompt"]
+    held = c.windows["held_back"]
     waiting = c.rec("vllm_requests_waiting", "sum")
     lr = c.rec("vllm_long_prompt_requests", "rate")
-    past = f"avg_over_time({lr}[{lp['surge_baseline']}] offset {lp['surge_baseline_offset']})"
+    # now: the sidecar's own window (seconds of resolution) where a sidecar runs, else the rules' rate
+    now = f"max by ({by}) (vllm_sidecar_long_prompt_requests_per_second{s()})\nor\n{lr}"
+    history = fleet_normal(c, c.mrec("vllm_long_prompt_requests_per_replica", "rate"))
+    peers = (f"quantile by ({svc}) (0.5, {lr})\nand on ({svc})\n"
+             f"count by ({svc}) ({lr}) >= {c.slo['outlier']['min_replicas']}")
+    normal = f"{history}\nor\n(\n{indent(peers)}\n)"
     return [
-        # usage alone never fires: vLLM fills its cache by design; requests held back do
+        # Requests held back for KV capacity (or preempted, or rejected) at every evaluation of
+        # the window, with the cache full at least once in it: the steady signals, not the
+        # saw-tooth of usage. Usage alone never fires: vLLM fills its cache by design.
         Alert("VLLMKVCacheExhausted",
-              f"{c.rec('vllm_kv_cache_usage', 'max')} >= {kv['critical']}\n"
+              f"max_over_time({c.rec('vllm_kv_cache_usage', 'max')}[{held}]) >= {kv['critical']}\n"
               f"and on ({by})\n(\n"
-              f"  {c.rec('vllm_requests_waiting_capacity', 'sum')} > 0\n"
-              f"  or {c.rec('vllm_preemptions', 'rate')} > 0\n"
-              f"  or {c.rec('vllm_admission_rejections', 'rate')} > 0\n)",
+              f"  min_over_time({c.rec('vllm_requests_waiting_capacity', 'sum')}[{held}]) > 0\n"
+              f"  or min_over_time({c.rec('vllm_preemptions', 'rate', c.S2)}[{held}]) > 0\n"
+              f"  or min_over_time({c.rec('vllm_admission_rejections', 'rate')}[{held}]) > 0\n)",
               "critical",
               f"vLLM KV cache full with requests held back on {who} ({c.model})",
-              f"KV-cache usage is {{{{ $value | humanizePercentage }}}} (full at {kv['critical']:g}) and requests are "
-              f"waiting for KV capacity, being rejected or preempted. Usage alone is normal for vLLM; this is "
-              f"not: new requests queue and TTFT climbs. Look for long prompts and lower concurrency."),
+              f"The KV cache reached {kv['critical']:g} and requests have been held back for KV capacity "
+              f"(waiting, preempted or rejected) at every evaluation of the last {c.human(held)}. Usage alone "
+              f"is normal for vLLM; this is not: new requests queue and TTFT climbs. Look for long prompts and "
+              f"lower concurrency."),
         Alert("VLLMPreemptionsSustained",
-              f"sum by ({by}) (rate(vllm:num_preemptions_total{s()}[{S2}])) > 0",
+              f"{c.rec('vllm_preemptions', 'rate', c.S2)} > 0",
               "warning",
               f"vLLM preempting requests on {who} ({c.model})",
-              f"vLLM has preempted running requests in every {S2} window for a while "
+              f"vLLM has preempted running requests in every {c.S2} window for a while "
               "({{ $value | humanize }}/s now): the KV cache cannot hold the running batch, work is "
               "recomputed and latency suffers."),
         Alert("VLLMLongPromptSurge",
-              f"(\n  {lr} > on ({by}) ({lp['surge_factor']} * {past})\n  or\n  ({lr} unless on ({by}) {past})\n)\n"
-              f"and on ({by})\n{lr} > {lp['min_per_second']}",
+              f"(\n{indent(now)}\n)\n> on ({svc}) group_left ()\n"
+              f"(\n  {lp['surge_factor']} * (\n{indent(normal, 4)}\n  )\n)\n"
+              f"and on ({by})\n(\n{indent(now)}\n) > {lp['min_per_second']}",
               "warning",
               f"Surge of prompts over {lp['tokens']:g} tokens on {who} ({c.model})",
               f"{{{{ $value | humanize }}}} long prompts per second (over {lp['tokens']:g} tokens, vLLM bucket "
-              f"le={le_for(lp['tokens'])}), more than {lp['surge_factor']:g}x this replica's usual rate. Long prompts "
-              f"fill the KV cache and stall everyone else's first token: find the client, cap prompt length at the "
-              f"gateway or route long prompts to a dedicated replica."),
+              f"le={le_for(lp['tokens'])}), more than {lp['surge_factor']:g}x what a replica of this model "
+              f"normally gets. Long prompts fill the KV cache and stall everyone else's first token: find the "
+              f"client, cap prompt length at the gateway or route long prompts to a dedicated replica."),
+        # built up and not draining: steady while the overload lasts (one alert per overload),
+        # or still growing
         Alert("VLLMQueueBuildup",
-              f"{waiting} >= {c.slo['queue']['min_waiting']}\n"
-              f"and on ({by})\nderiv({waiting}[{c.windows['queue_growth']}]) > 0",
+              f"min_over_time({waiting}[{c.windows['queue_growth']}]) >= {c.slo['queue']['min_waiting']}\n"
+              f"or\n(\n  {waiting} >= {c.slo['queue']['min_waiting']}\n"
+              f"  and on ({by})\n  deriv({waiting}[{c.windows['queue_growth']}]) > 0\n)",
               "warning",
-              f"vLLM waiting queue growing on {who} ({c.model})",
-              "{{ $value | humanize }} requests waiting and the queue keeps growing: arrivals exceed what "
-              "the replica serves. Scale out or shed load before TTFT breaks its objective."),
+              f"vLLM waiting queue building up on {who} ({c.model})",
+              f"{{{{ $value | humanize }}}} requests waiting, and the queue has not drained (or kept growing) over "
+              f"the last {c.human(c.windows['queue_growth'])}: arrivals exceed what the replica serves. Scale out "
+              f"or shed load before TTFT breaks its objective."),
     ]

@@ -51,9 +51,9 @@ def alerts(c: Ctx) -> List[Alert]:
               f"month if nothing changes.",
               rule_id="VLLMErrorBudgetBurnTicket", labels={"window": "slow"}),
         Alert("VLLMErrorRatioHigh",
-              f"{c.rec('vllm_request_errors', 'ratio_rate')} > {c.slo['error_ratio']['max']}",
+              f"{c.rec('vllm_availability_errors', 'ratio_rate')} > {c.slo['error_ratio']['max']}",
               "warning",
               f"vLLM requests failing on {who} ({c.model})",
-              "{{ $value | humanizePercentage }} of finished requests ended with an error on this replica "
-              "(client aborts not counted)."),
+              "{{ $value | humanizePercentage }} of this replica's requests failed (the availability SLI's "
+              "count: server errors and errors inside streams, each once; client aborts not counted)."),
     ]

@@ -12,9 +12,15 @@ from . import Alert
 def alerts(c: Ctx) -> List[Alert]:
     r, s, who = c.r, c.s, c.who
     seen = c.windows["target_seen"]
+    startup = c.seconds(c.windows["startup"])
+    # vLLM down as the sidecar sees it, once vLLM has answered this sidecar before, or after the
+    # startup grace: a new pod loading its model (minutes for a 70B) is not down
+    read_before = f"max by ({r}) (vllm_sidecar_last_success_timestamp_seconds{s(TVLLM)})"
+    sidecar_age = f"time() - max by ({r}) (vllm_sidecar_process_start_time_seconds{s()})"
     return [
         Alert("VLLMTargetDown",
-              f"max by ({r}, target) (vllm_sidecar_target_up{s(TVLLM)}) == 0\nor\n"
+              f"(\n  max by ({r}, target) (vllm_sidecar_target_up{s(TVLLM)}) == 0\n"
+              f"  and on ({r})\n  ({read_before} or ({sidecar_age}) > {startup:g})\n)\nor\n"
               f"label_replace(\n  max by ({r}) (up{s()} and on (job, instance) max_over_time(vllm:num_requests_running{s()}[{seen}])) == 0,\n"
               f"  \"target\", \"vllm\", \"\", \"\"\n)\nor\n"
               f"label_replace(\n  max by ({r}) (up{s()} and on (job, instance) max_over_time(vllm_sidecar_build_info{s()}[{seen}])) == 0,\n"

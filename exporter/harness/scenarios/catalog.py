@@ -1,0 +1,240 @@
+"""The fleet scenarios every alert is judged on: what a real fleet does on a busy healthy day,
+during a rollout, when pods are replaced mid-incident, when errors hide inside streams, under
+chronic overload on an old vLLM release, and on the user's night.
+
+Each scenario is a ``Scenario``: a ``Book`` of scraped series (see ``fleet``), the step at which
+the trouble starts (``onset``), and what the pack must do: ``quiet`` (no warning or critical
+alert at all), ``first_warning`` / ``first_page`` (the latest acceptable minutes after onset),
+``must_fire`` (alerts that must fire), ``max_episodes`` (per alert and replica).
+
+``history`` is how much normal traffic precedes the onset. The defaults are what the checked
+claims are made on (a day, so that every baseline window is full); tests may pass less to run
+faster, with a matching SLO (``scenario_slo``), as long as they say so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from .fleet import Fleet, Pod, PodState, pod_name
+from .series import Book
+
+START = 1_800_000_000.0  # a fixed time, so renders are reproducible
+
+
+@dataclass
+class Scenario:
+    name: str
+    title: str
+    book: Book
+    onset: int  # step index at which the trouble starts (or the event, for quiet scenarios)
+    quiet: bool = False  # nothing warning or critical may fire
+    first_warning: Optional[float] = None  # minutes after onset, at the latest
+    first_page: Optional[float] = None
+    must_fire: Tuple[str, ...] = ()
+    max_episodes: Dict[str, int] = field(default_factory=dict)  # alert -> most episodes per replica
+    notes: str = ""
+
+    @property
+    def onset_time(self) -> float:
+        return self.book.t(self.onset)
+
+
+def diurnal(i: int, step: float, peak: float, trough: float) -> float:
+    """Traffic over the day: lowest at 04:00, highest at 14:00 (a smooth curve)."""
+    hour = ((START + i * step) / 3600.0) % 24
+    x = 0.5 - 0.5 * math.cos((hour - 4) / 24 * 2 * math.pi)
+    return trough + (peak - trough) * x
+
+
+def healthy(i: int, step: float, busy: bool, pod_index: int = 0) -> PodState:
+    """A replica on a normal (or busy) day: the cache well used, an occasional long prompt, a
+    request now and then waiting a scrape for capacity on the busy day."""
+    load = diurnal(i, step, 3.2 if busy else 2.0, 0.8)
+    wobble = 0.03 * math.sin(i * 0.7 + pod_index)
+    kv = min(0.97, (0.62 if busy else 0.45) + 0.3 * (load / 3.2) + wobble)
+    blip = busy and (i + 3 * pod_index) % 41 == 0  # one scrape with a request waiting for capacity
+    return PodState(
+        requests=load,
+        long_share=0.004,
+        kv_usage=kv,
+        running=min(32.0, 6 + 8 * load),
+        waiting_capacity=1.0 if blip else 0.0,
+        waiting_deferred=1.0 if (i + pod_index) % 17 == 0 else 0.0,
+        ttft=0.35 + 0.15 * load / 3.2,
+        itl=0.020 + 0.004 * load / 3.2,
+        gpu_util=min(0.99, 0.55 + 0.14 * load),
+        prefix_hit=0.62,
+    )
+
+
+def _steps(hours: float, step: float) -> int:
+    return int(round(hours * 3600 / step)) + 1
+
+
+# -- the scenarios ------------------------------------------------------------------------------
+
+def busy_healthy_day(history_h: float = 24.0, step: float = 30.0, pods: int = 6) -> Scenario:
+    n = _steps(history_h, step)
+    book = Book(START, step, n)
+    fleet = [Pod(pod_name("vllm-llama", 1, k), (lambda i, k=k: healthy(i, step, True, k))) for k in range(pods)]
+    Fleet(book).render(fleet)
+    return Scenario("busy-healthy-day", "A busy but healthy day", book, onset=n // 2, quiet=True,
+                    notes=f"{pods} replicas at 0.8-3.2 requests/s each, KV usage 0.62-0.97, a request waiting "
+                          "for capacity for one scrape now and then, a long prompt every few minutes")
+
+
+def rolling_deploy(history_h: float = 24.0, step: float = 30.0, pods: int = 6) -> Scenario:
+    """A new release rolls out: one pod at a time is replaced by a pod with a new name and no
+    history, which loads its model for three minutes (its sidecar already up, vLLM not yet)
+    and then takes its share of a busy fleet."""
+    n = _steps(history_h + 1.5, step)
+    onset = _steps(history_h, step) - 1
+    book = Book(START, step, n)
+    every = int(300 / step)  # one pod every 5 minutes
+    load_steps = int(180 / step)
+    fleet: List[Pod] = []
+    for k in range(pods):
+        swap = onset + k * every
+        fleet.append(Pod(pod_name("vllm-llama", 1, k), (lambda i, k=k: healthy(i, step, True, k)), end=swap + load_steps))
+
+        def new_state(i: int, k: int = k, swap: int = swap) -> PodState:
+            s = healthy(i, step, True, k)
+            if i < swap + load_steps:  # loading the model: the sidecar polls, vLLM is not up yet
+                return replace(s, vllm_up=False, requests=0.0, running=0.0, gpu_util=0.1)
+            if i < swap + load_steps + 4:  # warming up: cold prefix cache, a slower first minute
+                return replace(s, ttft=s.ttft * 1.8, prefix_hit=0.1, kv_usage=0.3)
+            return s
+        fleet.append(Pod(pod_name("vllm-llama", 2, k), new_state, start=swap))
+    Fleet(book).render(fleet)
+    return Scenario("rolling-deploy", "A rolling deploy of a busy healthy fleet", book, onset=onset, quiet=True,
+                    notes=f"{pods} replicas replaced one every 5 minutes by pods with new names and no history; "
+                          "each loads its model for 3 minutes, then serves with a cold prefix cache")
+
+
+def seed_night(history_h: float = 24.0, step: float = 30.0) -> Scenario:
+    """The user's night: three replicas; one client floods one of them with 8,000-token prompts.
+    Its long-prompt rate jumps at once, the cache fills within three minutes, requests wait for
+    capacity from the second minute, preemptions start, TTFT climbs to seconds, tokens collapse
+    while its GPUs stay at 100 % (the sidecar flags it after three minutes). The others carry on.
+    It lasts 30 minutes."""
+    n = _steps(history_h + 1.0, step)
+    onset = _steps(history_h, step) - 1
+    book = Book(START, step, n)
+    per_min = 60.0 / step
+
+    def bad(i: int) -> PodState:
+        s = healthy(i, step, False, 2)
+        k = (i - onset) / per_min  # minutes since onset
+        if k < 0 or k > 30:
+            return s
+        flood = 20 / 60.0  # 20 long prompts a minute
+        req = s.requests + flood
+        return replace(
+            s, requests=req, long_share=(s.requests * s.long_share + flood) / req,
+            kv_usage=min(0.99, s.kv_usage + 0.15 * (k + 1)), running=16.0,
+            waiting_capacity=(2 * (k - 1)) if k >= 2 else 0.0,
+            preemptions=0.08 if k >= 3 else 0.0,
+            ttft=6.0 if k >= 2 else s.ttft * (1 + k), itl=0.08 if k >= 2 else s.itl,
+            queue=3.0 if k >= 2 else s.queue, output_tokens=20.0 if k >= 2 else s.output_tokens,
+            gpu_util=1.0, busy_low=k >= 3,
+        )
+
+    fleet = [Pod(pod_name("vllm-llama", 1, k), (lambda i, k=k: healthy(i, step, False, k))) for k in range(2)]
+    fleet.append(Pod(pod_name("vllm-llama", 1, 2), bad))
+    Fleet(book).render(fleet)
+    return Scenario("seed-night", "The user's night: one client floods one replica with 8,000-token prompts",
+                    book, onset=onset, first_warning=1.0, first_page=5.0,
+                    must_fire=("VLLMLongPromptSurge", "VLLMKVCacheExhausted", "VLLMGPUBusyLowThroughput"),
+                    notes="3 replicas; the flood (20 prompts of 8,000 tokens a minute) hits one for 30 minutes")
+
+
+def churn_error_burst(history_h: float = 8.0, step: float = 30.0) -> Scenario:
+    """A pod answers half its requests with 5xx for 20 minutes, then is replaced (new name):
+    its errors must stay in every burn window after it is gone."""
+    n = _steps(history_h + 1.0, step)
+    onset = _steps(history_h, step) - 1
+    book = Book(START, step, n)
+    per_min = 60.0 / step
+    bad_for = int(20 * per_min)
+
+    def sick(i: int) -> PodState:
+        s = healthy(i, step, False, 0)
+        if i >= onset:
+            return replace(s, http_failures=s.requests)  # half of all answers fail before the engine
+        return s
+
+    fleet = [Pod(pod_name("vllm-llama", 1, 0), sick, end=onset + bad_for)]
+    fleet.append(Pod(pod_name("vllm-llama", 2, 0), (lambda i: healthy(i, step, False, 0)), start=onset + bad_for))
+    fleet += [Pod(pod_name("vllm-llama", 1, k), (lambda i, k=k: healthy(i, step, False, k))) for k in range(1, 4)]
+    Fleet(book).render(fleet)
+    return Scenario("churn-error-burst", "A pod serves 50% errors for 20 minutes and is replaced", book,
+                    onset=onset, first_page=10.0, must_fire=("VLLMErrorBudgetBurn",),
+                    notes="4 replicas; one answers half its requests with HTTP 5xx for 20 minutes, then a new pod "
+                          "(new name) takes its place")
+
+
+def stream_errors(history_h: float = 8.0, step: float = 30.0) -> Scenario:
+    """5 % of requests fail inside their streams for 30 minutes: HTTP said 200 before the engine
+    failed, so only vLLM's finished_reason="error" counts them."""
+    n = _steps(history_h + 1.0, step)
+    onset = _steps(history_h, step) - 1
+    book = Book(START, step, n)
+    per_min = 60.0 / step
+
+    def state(i: int, k: int) -> PodState:
+        s = healthy(i, step, False, k)
+        if onset <= i < onset + 30 * per_min:
+            return replace(s, engine_errors=0.05 * s.requests, stream_share=1.0)
+        return s
+
+    fleet = [Pod(pod_name("vllm-llama", 1, k), (lambda i, k=k: state(i, k))) for k in range(4)]
+    Fleet(book).render(fleet)
+    return Scenario("stream-errors", "5% of requests fail inside HTTP-200 streams for 30 minutes", book,
+                    onset=onset, first_page=25.0, must_fire=("VLLMErrorBudgetBurn",),
+                    notes="4 replicas; every request is streamed, 5% end with finished_reason=\"error\" after "
+                          "the HTTP status (200) was sent")
+
+
+def chronic_overload_old_release(hours: float = 12.0, step: float = 30.0) -> Scenario:
+    """An older vLLM (0.x names, no waiting-by-reason, no preemption counter) overloaded for
+    hours at a time: the KV cache saw-tooths between 0.55 and 0.99 from one scrape to the next
+    and the queue never drains, three overloads a day. Each overload must be one episode per
+    alert, not one per minute."""
+    n = _steps(hours, step)
+    book = Book(START, step, n)
+    per_h = 3600.0 / step
+    overloads = [(int(1 * per_h), int(4 * per_h)), (int(5.5 * per_h), int(7.5 * per_h)), (int(9 * per_h), int(11.5 * per_h))]
+
+    def state(i: int, k: int) -> PodState:
+        s = healthy(i, step, True, k)
+        for a, b in overloads:
+            if a <= i < b:
+                saw = (i * 7 + k * 3) % 11 / 10.0  # 0.0 .. 1.0, jumping around
+                waiting = 14 + 10 * ((i * 5 + k) % 7) / 6.0
+                batch_room = (i + k) % 3 != 0  # the batch has room two scrapes in three: KV holds requests back
+                return replace(s, requests=3.0, kv_usage=0.55 + 0.44 * saw, waiting_capacity=0.0,
+                               waiting_deferred=waiting, running=(18.0 if batch_room else 32.0),
+                               ttft=2.5 + 1.5 * saw, queue=2.0, gpu_util=0.98)
+        return replace(s, running=min(s.running, 30.0))
+
+    fleet = [Pod(pod_name("vllm-legacy", 1, k), (lambda i, k=k: state(i, k)), old_release=True, with_sidecar=False)
+             for k in range(2)]
+    Fleet(book).render(fleet)
+    return Scenario("chronic-overload-old-release", "Chronic overload on an old vLLM release (0.x page)", book,
+                    onset=overloads[0][0], must_fire=("VLLMKVCacheExhausted",),
+                    max_episodes={"VLLMKVCacheExhausted": 3, "VLLMQueueBuildup": 3, "VLLMTTFTHigh": 3,
+                                  "VLLMTTFTMeanHigh": 3},
+                    notes="2 replicas of an old release without the sidecar, overloaded three times for 2-3 hours")
+
+
+SCENARIOS: Dict[str, Callable[..., Scenario]] = {
+    "busy-healthy-day": busy_healthy_day,
+    "rolling-deploy": rolling_deploy,
+    "seed-night": seed_night,
+    "churn-error-burst": churn_error_burst,
+    "stream-errors": stream_errors,
+    "chronic-overload-old-release": chronic_overload_old_release,
+}

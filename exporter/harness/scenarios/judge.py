@@ -1,0 +1,154 @@
+"""Running a scenario through Prometheus' own rule engine (``promtool test rules``) and judging
+what fired: the firing alerts at every evaluation, then per alert and replica the first firing
+after onset, the episodes and the minutes firing.
+
+promtool is asked to expect no alert at every evaluation; the alerts it reports instead are the
+timeline (every label of every firing alert is read back from its report).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+import yaml
+
+from .catalog import Scenario
+
+Labels = FrozenSet[Tuple[str, str]]
+LOUD = ("critical", "warning")
+
+
+@dataclass
+class Episode:
+    start: float  # seconds
+    end: float  # seconds (last evaluation firing + one interval)
+
+
+@dataclass
+class AlertTrack:
+    alert: str
+    labels: Dict[str, str]
+    firing_at: List[float] = field(default_factory=list)  # evaluation times (s)
+
+    def episodes(self, interval: float) -> List[Episode]:
+        """Runs of consecutive evaluations firing."""
+        out: List[Episode] = []
+        for t in sorted(self.firing_at):
+            if out and abs(t - out[-1].end) < 1e-6:
+                out[-1].end = t + interval
+            else:
+                out.append(Episode(t, t + interval))
+        return out
+
+
+@dataclass
+class Timeline:
+    interval: float
+    tracks: List[AlertTrack]
+
+    def loud(self) -> List[AlertTrack]:
+        return [t for t in self.tracks if t.labels.get("severity") in LOUD]
+
+
+def promtool() -> str:
+    p = shutil.which("promtool")
+    if not p:
+        raise RuntimeError("promtool is not installed (Debian: apt-get install prometheus)")
+    return p
+
+
+_BLOCK = re.compile(r"alertname: (\w+), time: ([0-9hms.]+),")
+_ALERT = re.compile(r"Labels:\{(.*?)\}")
+_PAIR = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def _seconds(text: str) -> float:
+    total = 0.0
+    for n, unit in re.findall(r"([0-9.]+)(h|m|s)", text):
+        total += float(n) * {"h": 3600, "m": 60, "s": 1}[unit]
+    return total
+
+
+def promtool_timeline(scenario: Scenario, rules_file: Path, alerts: Sequence[str],
+                      from_step: int = 0, workdir: Optional[Path] = None) -> Timeline:
+    """Every alert firing at every evaluation from ``from_step`` on, per promtool."""
+    book = scenario.book
+    interval = book.step
+    evals = [{"eval_time": f"{int(i * interval)}s", "alertname": a, "exp_alerts": []}
+             for i in range(from_step, book.n) for a in alerts]
+    doc = {"rule_files": [str(rules_file)], "evaluation_interval": f"{int(interval)}s",
+           "tests": [{"interval": f"{int(interval)}s", "input_series": book.promtool_input(),
+                      "alert_rule_test": evals}]}
+    tmp = Path(workdir or tempfile.mkdtemp(prefix="scenario-"))
+    f = tmp / f"{scenario.name}.test.yml"
+    f.write_text(yaml.safe_dump(doc, sort_keys=False, width=1 << 20))
+    r = subprocess.run([promtool(), "test", "rules", str(f)], capture_output=True, text=True, timeout=3600)
+    out = r.stdout + r.stderr
+    if r.returncode != 0 and "FAILED" not in out:
+        raise RuntimeError(f"promtool failed: {out[-3000:]}")
+    tracks: Dict[Tuple[str, Labels], AlertTrack] = {}
+    for block in re.split(r"\n\s*(?=alertname: )", out):
+        m = _BLOCK.match(block.strip())
+        if not m:
+            continue
+        name, t = m.group(1), _seconds(m.group(2))
+        got = block.split("got:", 1)[1] if "got:" in block else ""
+        for lab_text in _ALERT.findall(got):
+            labels = dict(_PAIR.findall(lab_text))
+            labels.pop("alertname", None)
+            key = (name, frozenset(labels.items()))
+            tr = tracks.setdefault(key, AlertTrack(name, labels))
+            tr.firing_at.append(t)
+    return Timeline(interval, sorted(tracks.values(), key=lambda t: (t.alert, sorted(t.labels.items()))))
+
+
+@dataclass
+class Verdict:
+    scenario: str
+    ok: bool
+    problems: List[str]
+    first_warning: Optional[float]  # minutes after onset
+    first_page: Optional[float]
+    rows: List[Tuple[str, str, float, int, float, float]]  # alert, replica, first (min), episodes, minutes, longest
+
+
+def judge(scenario: Scenario, tl: Timeline) -> Verdict:
+    onset = scenario.onset * tl.interval
+    rows = []
+    problems: List[str] = []
+    first_warning = first_page = None
+    for tr in tl.tracks:
+        sev = tr.labels.get("severity", "")
+        replica = tr.labels.get("pod", tr.labels.get("model_name", ""))
+        eps = tr.episodes(tl.interval)
+        first = (min(tr.firing_at) - onset) / 60.0
+        minutes = len(tr.firing_at) * tl.interval / 60.0
+        longest = max((e.end - e.start) for e in eps) / 60.0
+        rows.append((tr.alert, replica, first, len(eps), minutes, longest))
+        if sev in LOUD and min(tr.firing_at) >= onset:
+            first_warning = first if first_warning is None else min(first_warning, first)
+        if sev == "critical" and min(tr.firing_at) >= onset:
+            first_page = first if first_page is None else min(first_page, first)
+        limit = scenario.max_episodes.get(tr.alert)
+        if limit is not None and len(eps) > limit:
+            problems.append(f"{tr.alert} on {replica}: {len(eps)} episodes, at most {limit}")
+    if scenario.quiet:
+        loud = [f"{r[0]} on {r[1]} at {r[2]:+.1f}m" for r, tr in zip(rows, tl.tracks)
+                if tr.labels.get("severity") in LOUD]
+        if loud:
+            problems.append("fired on a quiet scenario: " + ", ".join(loud))
+    fired = {tr.alert for tr in tl.tracks}
+    for a in scenario.must_fire:
+        if a not in fired:
+            problems.append(f"{a} never fired")
+    if scenario.first_warning is not None and (first_warning is None or first_warning > scenario.first_warning):
+        problems.append(f"first warning at {first_warning}, needed by +{scenario.first_warning}m")
+    if scenario.first_page is not None and (first_page is None or first_page > scenario.first_page):
+        problems.append(f"first page at {first_page}, needed by +{scenario.first_page}m")
+    return Verdict(scenario.name, not problems, problems, first_warning, first_page, rows)
