@@ -42,21 +42,44 @@ def kv_series(usage, capacity=0, deferred=0, preempt_per_min=0, rejections_per_m
 
 CASES = {}
 
+def sawtooth(m):
+    """KV usage as real vLLM shows it under a long-prompt flood: 0.2 to 0.97 from one scrape to the next."""
+    return (0.21, 0.97, 0.55, 0.33, 0.9, 0.4)[m % 6]
+
+
+OLD = vllm_labels(engine=None)
+
+
+def old_release(usage, waiting, running):
+    """An older vLLM: gpu_cache_usage_perc, no engine label, no waiting_by_reason, no preemption counter."""
+    return [series("vllm:gpu_cache_usage_perc", OLD, gauge(usage, N)),
+            series("vllm:num_requests_waiting", OLD, gauge(waiting, N)),
+            series("vllm:num_requests_running", OLD, gauge(running, N))]
+
+
 CASES["VLLMKVCacheExhausted"] = [
-    # full cache with requests waiting for capacity: fires once the condition held 5m
-    case(kv_series(0.97, capacity=3), [quiet(4, "VLLMKVCacheExhausted"),
-                                         at(6, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "97%"))]),
+    # full cache with requests waiting for capacity at every evaluation of the 2m window, then 30s
+    case(kv_series(0.97, capacity=3), [quiet(1, "VLLMKVCacheExhausted"),
+                                         at(3, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "97%"))]),
     # full cache and preempting (no waits)
     case(kv_series(0.98, preempt_per_min=2), [at(10, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "98%"))]),
+    # the real saw-tooth: usage never stays above 0.95, the capacity waits are steady: fires
+    case([series("vllm:kv_cache_usage_perc", V, gauge(sawtooth, N)),
+          series("vllm:num_requests_waiting_by_reason", {**V, "reason": "capacity"}, gauge(lambda m: 7 + m % 5, N))],
+         [at(6, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "97%"))]),
     # busy but healthy: full cache, nobody waiting for capacity, no preemptions or rejections
     case(kv_series(0.97, deferred=2), [quiet(20, "VLLMKVCacheExhausted")]),
-    # requests waiting for capacity, but the cache is not full
+    # one scrape with a request waiting for capacity is not "held back": quiet
+    case([series("vllm:kv_cache_usage_perc", V, gauge(lambda m: 0.96, N)),
+          series("vllm:num_requests_waiting_by_reason", {**V, "reason": "capacity"}, gauge(lambda m: 1 if m % 7 == 0 else 0, N))],
+         [quiet(m, "VLLMKVCacheExhausted") for m in (7, 8, 14, 15, 21)]),
+    # requests waiting for capacity, but the cache never filled
     case(kv_series(0.80, capacity=5), [quiet(20, "VLLMKVCacheExhausted")]),
-    # older vLLM naming: gpu_cache_usage_perc, no engine label, no waiting_by_reason
-    case([series("vllm:gpu_cache_usage_perc", vllm_labels(engine=None), gauge(lambda m: 0.99, N)),
-          series("vllm:num_requests_waiting", vllm_labels(engine=None), gauge(lambda m: 4, N)),
-          series("vllm:num_preemptions_total", vllm_labels(engine=None), counter(lambda m: 0, N))],
-         [at(10, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "99%"))]),
+    # older vLLM: requests wait while the batch runs below its peak: only the cache holds them
+    case(old_release(lambda m: 0.99, lambda m: 4, lambda m: 32 if m < 10 else 20),
+         [quiet(10, "VLLMKVCacheExhausted"), at(14, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "99%"))]),
+    # older vLLM: requests wait behind a full batch (at its peak): a queue, not the cache: quiet
+    case(old_release(lambda m: 0.99, lambda m: 4, lambda m: 32), [quiet(m, "VLLMKVCacheExhausted") for m in (10, 20, 30)]),
 ]
 
 CASES["VLLMPreemptionsSustained"] = [
@@ -100,13 +123,40 @@ CASES["VLLMInterTokenLatencyHigh"] = [
     case(itl(0.02), [quiet(30, "VLLMInterTokenLatencyHigh")]),
 ]
 
+DAY_B = 24 * 60
+
+
+def busy_fleet(new_pod_tokens_per_min, minutes=DAY_B + 30):
+    """Three busy replicas making 1,000 tokens/s for a day (GPUs at 97%); at DAY_B a new pod joins."""
+    out = []
+    for i in range(4):
+        pod = f"vllm-{i}"
+        new = i == 3
+        v, s = vllm_labels(pod=pod), sidecar_labels(pod=pod)
+        alive = (lambda m: m >= DAY_B) if new else (lambda m: True)
+        out += [series("vllm:generation_tokens_total", v,
+                       [x if alive(m) else None for m, x in enumerate(counter(
+                           lambda m: (new_pod_tokens_per_min if new else 60000) if alive(m) else 0, minutes))]),
+                series("vllm_sidecar_gpu_mean_utilization_ratio", s, gauge(lambda m, a=alive: 0.97 if a(m) else None, minutes)),
+                series("vllm_sidecar_gpu_busy_low_throughput", {**s, "model_name": "llama-70b"},
+                       gauge(lambda m, a=alive: 0 if a(m) else None, minutes))]
+    return out
+
+
 CASES["VLLMGPUBusyLowThroughput"] = [
     case([series("vllm_sidecar_gpu_busy_low_throughput", {**S, "model_name": "llama-70b"},
                  gauge(lambda m: 1 if m >= 5 else 0, N))],
-         [quiet(7, "VLLMGPUBusyLowThroughput"),
-          at(9, "VLLMGPUBusyLowThroughput", expect("VLLMGPUBusyLowThroughput", W, "1"))]),
+         [quiet(6, "VLLMGPUBusyLowThroughput"),
+          at(8, "VLLMGPUBusyLowThroughput", expect("VLLMGPUBusyLowThroughput", W, "1"))]),
     case([series("vllm_sidecar_gpu_busy_low_throughput", {**S, "model_name": "llama-70b"}, gauge(lambda m: 0, N))],
          [quiet(30, "VLLMGPUBusyLowThroughput")]),
+    # a new pod (a rollout: its sidecar has not learned a baseline yet, so it does not flag) is busy
+    # with few tokens: the fleet's history of what a busy replica makes catches it
+    case(busy_fleet(new_pod_tokens_per_min=3000),
+         [quiet(DAY_B + 1, "VLLMGPUBusyLowThroughput"),
+          at(DAY_B + 8, "VLLMGPUBusyLowThroughput", expect("VLLMGPUBusyLowThroughput", {**W, "pod": "vllm-3"}, "50"))]),
+    # ... and a new pod making its share of tokens is quiet
+    case(busy_fleet(new_pod_tokens_per_min=60000), [quiet(m, "VLLMGPUBusyLowThroughput") for m in (DAY_B + 4, DAY_B + 20)]),
 ]
 
 CASES["VLLMEngineStalled"] = [
@@ -149,9 +199,15 @@ CASES["VLLMLongPromptSurge"] = [
 ]
 
 CASES["VLLMQueueBuildup"] = [
+    # growing: at least 10 waiting and rising from minute 5, fires 5 minutes later
     case([series("vllm:num_requests_waiting", V, gauge(lambda m: 2 * m, N))],
-         [at(14, "VLLMQueueBuildup", expect("VLLMQueueBuildup", W, "28"))]),
-    case([series("vllm:num_requests_waiting", V, gauge(lambda m: 15, N))], [quiet(30, "VLLMQueueBuildup")]),
+         [quiet(8, "VLLMQueueBuildup"), at(14, "VLLMQueueBuildup", expect("VLLMQueueBuildup", W, "28"))]),
+    # steady: 15 waiting that never drain is a built-up queue (one alert while it lasts)
+    case([series("vllm:num_requests_waiting", V, gauge(lambda m: 15 + (m % 3), N))],
+         [at(20, "VLLMQueueBuildup", expect("VLLMQueueBuildup", W, "15"))]),
+    # a queue that drains every few minutes is a busy replica, not a build-up
+    case([series("vllm:num_requests_waiting", V, gauge(lambda m: 15 if m % 6 < 4 else 0, N))],
+         [quiet(m, "VLLMQueueBuildup") for m in (12, 20, 30)]),
     case([series("vllm:num_requests_waiting", V, gauge(lambda m: min(m, 8), N))], [quiet(30, "VLLMQueueBuildup")]),
 ]
 
@@ -178,8 +234,9 @@ CASES["VLLMErrorBudgetBurn"] = [
     # 5% of requests fail: burns the 0.1% budget 50x: the fast (page) alert
     case(http(120, lambda m: 950, lambda m: 50 if m > 20 else 0),
          [quiet(20, "VLLMErrorBudgetBurn"),
-          # 40 of the 59 minutes in the 1h window failed 5%: 2000 errors in 59000 requests, 3.39%
-          at(60, "VLLMErrorBudgetBurn", expect("VLLMErrorBudgetBurn", {**M, "window": "fast"}, "3.39%", severity="critical"))]),
+          # the 1h window is the mean of the per-minute 5m rates recorded over it: errors at 5% for 40 of
+          # its 60 minutes, 5% x 40 / 60 = 3.333%
+          at(60, "VLLMErrorBudgetBurn", expect("VLLMErrorBudgetBurn", {**M, "window": "fast"}, "3.333%", severity="critical"))]),
     # 0.3% for four days: too slow to page, enough for a ticket. 5-minute series steps and 4-minute
     # evaluations keep promtool quick (the slow alert reads only the 3d and 6h windows); both must
     # stay within the 5-minute lookback, or the gauge the SLI joins on goes missing between samples
@@ -204,10 +261,22 @@ CASES["VLLMErrorRatioHigh"] = [
 
 T = {"namespace": "llm", "pod": "vllm-0"}
 CASES["VLLMTargetDown"] = [
-    # the sidecar cannot read vLLM
+    # the sidecar read vLLM, then cannot
     case([series("vllm_sidecar_target_up", {**S, "target": "vllm"}, gauge(lambda m: 0 if m >= 5 else 1, N)),
+          series("vllm_sidecar_last_success_timestamp_seconds", {**S, "target": "vllm"},
+                 gauge(lambda m: 60 * min(m, 4), N)),
           series("up", S, gauge(lambda m: 1, N))],
          [quiet(6, "VLLMTargetDown"), at(8, "VLLMTargetDown", expect("VLLMTargetDown", {**T, "target": "vllm"}, "0"))]),
+    # a new pod loading its model: vLLM has never answered this sidecar, started 5 minutes ago: quiet
+    case([series("vllm_sidecar_target_up", {**S, "target": "vllm"}, gauge(lambda m: 0, N)),
+          series("vllm_sidecar_process_start_time_seconds", S, gauge(lambda m: 0, N)),
+          series("up", S, gauge(lambda m: 1, N))],
+         [quiet(m, "VLLMTargetDown") for m in (3, 8, 14)]),
+    # ... but a model load that never ends (15 minutes of the sidecar's life) is a target down
+    case([series("vllm_sidecar_target_up", {**S, "target": "vllm"}, gauge(lambda m: 0, N)),
+          series("vllm_sidecar_process_start_time_seconds", S, gauge(lambda m: 0, N)),
+          series("up", S, gauge(lambda m: 1, N))],
+         [at(18, "VLLMTargetDown", expect("VLLMTargetDown", {**T, "target": "vllm"}, "0"))]),
     # the sidecar itself is gone: its series stop, Prometheus' up says 0
     case([series("vllm_sidecar_build_info", {**S, "version": "0.1.0"}, gauge(lambda m: 1 if m < 5 else None, N)),
           series("up", S, gauge(lambda m: 1 if m < 5 else 0, N))],
@@ -250,19 +319,36 @@ CASES["VLLMReplicaOutlier"] = [
     case(replicas([60000, 12000]), [quiet(30, "VLLMReplicaOutlier")]),
 ]
 
+def prefix_fleet(hits_per_min, minutes=DAY + 60, started=lambda pod: -3600, old=False):
+    """Three replicas hitting 70% of their prompt tokens for a day; ``hits_per_min(pod, m)`` per 10,000."""
+    out = []
+    for i in range(3):
+        pod = f"vllm-{i}"
+        lab = vllm_labels(pod=pod, engine=None) if old else vllm_labels(pod=pod)
+        pre = "vllm:gpu_prefix_cache" if old else "vllm:prefix_cache"
+        out += [series(f"{pre}_queries_total", lab, counter(lambda m: 10000, minutes)),
+                series(f"{pre}_hits_total", lab, counter(lambda m, p=pod: hits_per_min(p, m), minutes)),
+                series("vllm:request_success_total", {**lab, "finished_reason": "stop"}, counter(lambda m: 20, minutes)),
+                series("vllm:num_requests_running", lab, gauge(lambda m: 8, minutes)),
+                series("process_start_time_seconds", {k: v for k, v in lab.items() if k not in ("model_name", "engine")},
+                       gauge(lambda m, p=pod: started(p), minutes))]
+    return out
+
+
 CASES["VLLMPrefixCacheHitRatioLow"] = [
-    case([series("vllm:prefix_cache_queries_total", V, counter(lambda m: 10000, 60)),
-          series("vllm:prefix_cache_hits_total", V, counter(lambda m: 1000, 60)),
-          series("vllm:request_success_total", {**V, "finished_reason": "stop"}, counter(lambda m: 20, 60))],
-         [at(40, "VLLMPrefixCacheHitRatioLow", expect("VLLMPrefixCacheHitRatioLow", W, "10%"))]),
-    case([series("vllm:gpu_prefix_cache_queries_total", vllm_labels(engine=None), counter(lambda m: 10000, 60)),
-          series("vllm:gpu_prefix_cache_hits_total", vllm_labels(engine=None), counter(lambda m: 1000, 60)),
-          series("vllm:request_success_total", {**vllm_labels(engine=None), "finished_reason": "stop"}, counter(lambda m: 20, 60))],
-         [at(40, "VLLMPrefixCacheHitRatioLow", expect("VLLMPrefixCacheHitRatioLow", W, "10%"))]),
-    case([series("vllm:prefix_cache_queries_total", V, counter(lambda m: 10000, 60)),
-          series("vllm:prefix_cache_hits_total", V, counter(lambda m: 7000, 60)),
-          series("vllm:request_success_total", {**V, "finished_reason": "stop"}, counter(lambda m: 20, 60))],
-         [quiet(50, "VLLMPrefixCacheHitRatioLow")]),
+    # one replica's hits fall from 70% to 10% (its routing broke) while the fleet's normal is 70%
+    case(prefix_fleet(lambda pod, m: 1000 if pod == "vllm-2" and m > DAY else 7000),
+         [quiet(DAY + 20, "VLLMPrefixCacheHitRatioLow"),
+          at(DAY + 45, "VLLMPrefixCacheHitRatioLow", expect("VLLMPrefixCacheHitRatioLow", {**W, "pod": "vllm-2"}, "10%"))]),
+    # the same on an older release's names
+    case(prefix_fleet(lambda pod, m: 1000 if pod == "vllm-2" and m > DAY else 7000, old=True),
+         [at(DAY + 45, "VLLMPrefixCacheHitRatioLow", expect("VLLMPrefixCacheHitRatioLow", {**W, "pod": "vllm-2"}, "10%"))]),
+    # a model whose replicas all hit little (no shared prefix in its traffic) is normal for it: quiet
+    case(prefix_fleet(lambda pod, m: 1000), [quiet(DAY + 50, "VLLMPrefixCacheHitRatioLow")]),
+    # a new pod (a rollout) warms its cache: quiet while younger than the warm-up
+    case(prefix_fleet(lambda pod, m: 1000 if pod == "vllm-2" and m > DAY else 7000,
+                      started=lambda pod: 60 * (DAY + 1) if pod == "vllm-2" else -3600),
+         [quiet(DAY + 25, "VLLMPrefixCacheHitRatioLow")]),
 ]
 
 G = {**S, "gpu": "1", "uuid": "GPU-5e1d"}
