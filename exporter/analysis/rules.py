@@ -94,7 +94,7 @@ def _as_vec(res, S: int) -> Vec:
 
 def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
         lookback_ms: int = DEFAULT_LOOKBACK_MS, left_open: bool = False, block_steps: int = 2880,
-        progress: Optional[Callable[[int, int], None]] = None) -> Run:
+        progress: Optional[Callable[[int, int], None]] = None, order=None) -> Run:
     """Evaluate every rule at every time in ``times``; recorded series go into ``store``."""
     times = np.asarray(times, dtype=np.int64)
     flat: List[Tuple[Group, Rule]] = [(g, r) for g in groups for r in g.rules]
@@ -114,7 +114,7 @@ def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
     for a in range(0, n, max(block_steps, 1)):
         b = min(n, a + max(block_steps, 1))
         block = times[a:b]
-        ev = Evaluator(store, block, interval_ms, lookback_ms, left_open, shared)
+        ev = Evaluator(store, block, interval_ms, lookback_ms, left_open, shared, order=order)
         for i, (g, rule) in enumerate(flat):
             try:
                 out = _as_vec(ev.eval(rule.expr), len(block))

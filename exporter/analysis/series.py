@@ -55,6 +55,13 @@ class Series:
     def __len__(self) -> int:
         return self._n
 
+    def time_key(self, clean: bool = False) -> tuple:
+        """Equal for series whose (stale-free, when ``clean``) timestamps are the same array."""
+        st = self.stale
+        if st is None or (clean and not st.any()):
+            return (id(self._t), self._n)
+        return ("own", id(self))
+
     def without_stale(self) -> Tuple[np.ndarray, np.ndarray]:
         """Timestamps and values with the stale markers taken out (what range selectors see)."""
         if self._clean is None:

@@ -116,27 +116,59 @@ def parse_series_labels(text: str) -> Labels:
     return make(labels)
 
 
-def _yaml_lines(text: str, path: str):
-    """Parse YAML, keeping the line of each input_series item for error messages."""
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _item_line(text: str, group_index: Optional[int], item: int) -> int:
+    """The line of input_series item ``item`` (found again only when reporting an error)."""
     try:
-        node = yaml.compose(text)
-    except yaml.YAMLError as exc:
-        raise SourceError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
-    return node
+        node = yaml.compose(text, Loader=_Loader)
+        if group_index is not None:
+            node = _child(node, "tests").value[group_index]
+        return _child(node, "input_series").value[item].start_mark.line + 1
+    except Exception:  # noqa: BLE001 - best effort, for a message
+        return 0
+
+
+def _child(node, key: str):
+    return next(v for k, v in node.value if k.value == key)
+
+
+def input_series_store(items, interval_ms: int, where=lambda i: f"input_series item {i + 1}") -> Store:
+    """A store from promtool ``input_series`` items (mappings with ``series`` and ``values``);
+    sample ``k`` of a series is at ``k * interval_ms`` from unix time 0."""
+    store = Store()
+    for i, item in enumerate(items or []):
+        if not isinstance(item, dict) or "series" not in item:
+            raise SourceError(f"{where(i)}: an input_series item needs 'series' and 'values'")
+        try:
+            labels = parse_series_labels(str(item["series"]))
+            vals = expand_values(str(item.get("values", "") or ""))
+        except (ValueError, PromQLSyntaxError) as exc:
+            raise SourceError(f"{where(i)}: {exc}") from None
+        ts, vs, st = [], [], []
+        for k, v in enumerate(vals):
+            if v is None:
+                continue
+            ts.append(k * interval_ms)
+            stale = v == "stale"
+            vs.append(math.nan if stale else v)
+            st.append(stale)
+        store.add(labels, ts, vs, st)
+    return store
 
 
 def load_promtool(text: str, path: str = "<input>", test_name: Optional[str] = None) -> Loaded:
     """A promtool unit-test file (its one test group, or the one named ``test_name``) or a
     mapping with ``interval`` and ``input_series``."""
-    node = _yaml_lines(text, path)
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:  # pragma: no cover - compose already failed
-        raise SourceError(f"{path}: not YAML: {exc}") from None
+        doc = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise SourceError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(doc, dict):
         raise SourceError(f"{path}: expected a mapping with 'tests' or 'input_series'")
     eval_interval = None
-    group_node = node
+    gi: Optional[int] = None
     if "tests" in doc:
         tests = doc["tests"] or []
         if "evaluation_interval" in doc:
@@ -146,9 +178,8 @@ def load_promtool(text: str, path: str = "<input>", test_name: Optional[str] = N
             raise SourceError(f"{path}: no test group named {test_name!r}" if test_name else f"{path}: no test group")
         if len(pick) > 1:
             raise SourceError(f"{path}: {len(pick)} test groups; name one with --test-name")
-        group = tests[pick[0]]
-        tests_node = next(v for k, v in node.value if k.value == "tests")
-        group_node = tests_node.value[pick[0]]
+        gi = pick[0]
+        group = tests[gi]
     else:
         group = doc
     if not isinstance(group, dict) or "input_series" not in group:
@@ -156,30 +187,8 @@ def load_promtool(text: str, path: str = "<input>", test_name: Optional[str] = N
     interval = eval_interval or 60_000
     if group.get("interval") is not None:
         interval = _duration(group["interval"], f"{path}: interval")
-    series_node = next(v for k, v in group_node.value if k.value == "input_series")
-    store = Store()
-    for i, item in enumerate(group["input_series"] or []):
-        line = series_node.value[i].start_mark.line + 1 if i < len(series_node.value) else 0
-        where = f"{path}:{line}"
-        if not isinstance(item, dict) or "series" not in item:
-            raise SourceError(f"{where}: an input_series item needs 'series' and 'values'")
-        try:
-            labels = parse_series_labels(str(item["series"]))
-            vals = expand_values(str(item.get("values", "") or ""))
-        except (ValueError, PromQLSyntaxError) as exc:
-            raise SourceError(f"{where}: {exc}") from None
-        ts, vs, st = [], [], []
-        for k, v in enumerate(vals):
-            if v is None:
-                continue
-            ts.append(k * interval)
-            if v == "stale":
-                vs.append(math.nan)
-                st.append(True)
-            else:
-                vs.append(v)
-                st.append(False)
-        store.add(labels, ts, vs, st)
+    store = input_series_store(group["input_series"], interval,
+                               lambda i: f"{path}:{_item_line(text, gi, i)}")
     return Loaded(store, eval_interval or interval, f"promtool input series from {path}")
 
 

@@ -120,7 +120,7 @@ def set_op(op: str, lhs: Vec, rhs: Vec, m: VectorMatching, times: np.ndarray) ->
     none = np.zeros(S, bool)
     taken = np.array([l_any.get(s, none) for s in rsig])
     rp = rhs.P & ~taken
-    offset = (float(np.max(lhs.K)) + 1.0) if lhs.n else 0.0
+    offset = float(np.max(lhs.K)) - float(np.min(rhs.K)) + 1.0  # every rhs key after every lhs key
     K = np.concatenate([lhs.keys2d(), rhs.keys2d() + offset]) if (lhs.K.ndim == 2 or rhs.K.ndim == 2) \
         else np.concatenate([lhs.K, rhs.K + offset])
     T = None

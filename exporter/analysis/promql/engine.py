@@ -20,6 +20,14 @@ Semantics of Prometheus 2.42 that matter here:
 
 Results of sub-expressions listed in ``shared`` are cached for the evaluator's lifetime (one
 block of steps), so rules that repeat ``rate(x[5m])`` compute it once.
+
+Series order: ``sum`` and ``avg`` add members in the order of the vector, which for a selector is
+the order the storage returns series in. Prometheus' TSDB returns them unsorted from the head
+block (in the order the series were created), which no recording of history preserves; the
+engine uses label order. Floating-point addition depends on order, so a sum of three or more
+non-integer values can differ from Prometheus' in the last bit. ``order="reverse"`` or an integer
+seed (a random order) changes the order: the tests use it to tell such order-dependent results
+from exact ones.
 """
 
 from __future__ import annotations
@@ -43,16 +51,16 @@ DEFAULT_LOOKBACK_MS = 5 * 60 * 1000
 class _Source:
     """Sample arrays of one series as a range function reads them."""
 
-    __slots__ = ("labels", "key", "t", "v")
+    __slots__ = ("labels", "key", "t", "v", "tkey")
 
-    def __init__(self, labels: Labels, key: float, t: np.ndarray, v: np.ndarray) -> None:
-        self.labels, self.key, self.t, self.v = labels, key, t, v
+    def __init__(self, labels: Labels, key: float, t: np.ndarray, v: np.ndarray, tkey) -> None:
+        self.labels, self.key, self.t, self.v, self.tkey = labels, key, t, v, tkey
 
 
 class Evaluator:
     def __init__(self, store, times: np.ndarray, interval_ms: int, lookback_ms: int = DEFAULT_LOOKBACK_MS,
                  left_open: bool = False, shared: FrozenSet[str] = frozenset(),
-                 horizon: Optional[np.ndarray] = None) -> None:
+                 horizon: Optional[np.ndarray] = None, order: Union[None, str, int] = None) -> None:
         self.store = store
         self.times = np.asarray(times, dtype=np.int64)
         self.S = len(self.times)
@@ -61,6 +69,7 @@ class Evaluator:
         self.left_open = left_open
         self.shared = shared
         self.horizon = self.times if horizon is None else horizon
+        self.order = order
         self._cache: Dict[str, Value] = {}
         self._matchers: Dict[str, MatcherSet] = {}
 
@@ -104,6 +113,15 @@ class Evaluator:
 
     # -- selectors -------------------------------------------------------------------------
 
+    def _keys(self, n: int) -> np.ndarray:
+        """Order keys of ``n`` series as the storage would list them (see ``order``)."""
+        base = np.arange(n, dtype=np.float64)
+        if self.order is None:
+            return base
+        if self.order == "reverse":
+            return -base
+        return np.random.default_rng([int(self.order), n]).permutation(n).astype(np.float64)
+
     def _series(self, vs: VectorSelector):
         text = vs.selector_text()
         ms = self._matchers.get(text)
@@ -128,9 +146,9 @@ class Evaluator:
         oldest = ref - self.lookback_ms
         labels: List[Labels] = []
         Vs, Ps, Ts = [], [], []
-        groups: Dict[int, List[int]] = {}
+        groups: Dict[object, List[int]] = {}
         for i, s in enumerate(series):
-            groups.setdefault(id(s.t) if s.stale is None else -1 - i, []).append(i)
+            groups.setdefault(s.time_key(), []).append(i)
         rows_order: List[int] = []
         for rows in groups.values():
             t = series[rows[0]].t
@@ -155,7 +173,8 @@ class Evaluator:
         T = np.array(Ts)[order]
         keep = P.any(axis=1)
         idx = np.nonzero(keep)[0]
-        return Vec([labels[i] for i in idx], V[idx], P[idx], idx.astype(np.float64), T[idx])
+        keys = self._keys(len(series))[idx]
+        return Vec([labels[i] for i in idx], V[idx], P[idx], keys, T[idx])
 
     def _windows(self, arg: Expr) -> List[Window]:
         """The range argument of a function as groups of series sharing sample times."""
@@ -164,7 +183,10 @@ class Evaluator:
             vs = arg.selector
             maxt = self._ref_times(vs.offset_ms, vs.at)
             rng = arg.range_ms
-            sources = [_Source(s.labels, float(k), *s.without_stale()) for k, s in enumerate(self._series(vs))]
+            found = self._series(vs)
+            keys = self._keys(len(found))
+            sources = [_Source(s.labels, keys[k], *s.without_stale(), s.time_key(clean=True))
+                       for k, s in enumerate(found)]
         elif isinstance(arg, SubqueryExpr):
             maxt = self._ref_times(arg.offset_ms, arg.at)
             rng = arg.range_ms
@@ -173,9 +195,9 @@ class Evaluator:
             raise EvalError(f"expected a range vector, got {arg}")
         mint = maxt - rng
         visible = np.minimum(maxt, self.horizon)
-        groups: Dict[int, List[_Source]] = {}
+        groups: Dict[object, List[_Source]] = {}
         for src in sources:
-            groups.setdefault(id(src.t), []).append(src)
+            groups.setdefault(src.tkey, []).append(src)
         out = []
         for members in groups.values():
             t = members[0].t
@@ -196,19 +218,20 @@ class Evaluator:
         if not len(inner_times):
             return []
         inner = Evaluator(self.store, inner_times, step, self.lookback_ms, self.left_open,
-                          horizon=np.minimum(inner_times, int(self.horizon.max())))
+                          horizon=np.minimum(inner_times, int(self.horizon.max())), order=self.order)
         res = inner.eval(sq.expr)
         if not isinstance(res, Vec):  # pragma: no cover - the parser checks the type
             raise EvalError("subquery is only allowed on instant vector")
         out = []
         shared: Dict[bytes, np.ndarray] = {}
+        keys = self._keys(res.n)
         for i, ls in enumerate(res.labels):
             p = res.P[i]
             key = p.tobytes()
             t = shared.get(key)
             if t is None:
                 t = shared[key] = inner_times[p]
-            out.append(_Source(ls, float(i), t, res.V[i][p]))
+            out.append(_Source(ls, keys[i], t, res.V[i][p], key))
         return out
 
     # -- operators -------------------------------------------------------------------------

@@ -84,7 +84,7 @@ _FLAGS = re.compile(r"\(\?([imsU]+)\)")
 def compile_regex(pattern: str) -> "re.Pattern[str]":
     """A Prometheus (RE2) regular expression as Python's ``re``; callers match it with
     ``fullmatch`` (Prometheus anchors it as ``^(?:re)$``). Leading flags such as ``(?i)`` are
-    hoisted (Python wants them first); RE2's ``\z`` is Python's ``\Z``."""
+    hoisted (Python wants them first); RE2's ``\\z`` is Python's ``\\Z``."""
     flags = 0
     m = _FLAGS.match(pattern)
     if m:
