@@ -57,6 +57,7 @@ class Run:
     alerts: List[AlertTrack] = field(default_factory=list)
     block_steps: int = 0
     notes: List[str] = field(default_factory=list)
+    alertnames: List[str] = field(default_factory=list)  # every alert the rules define
 
 
 def forward_references(rules: List[Rule]) -> List[Tuple[Rule, Rule]]:
@@ -99,7 +100,7 @@ def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
     times = np.asarray(times, dtype=np.int64)
     flat: List[Tuple[Group, Rule]] = [(g, r) for g in groups for r in g.rules]
     rules = [r for _, r in flat]
-    result = Run(times, interval_ms, store)
+    result = Run(times, interval_ms, store, alertnames=sorted({r.name for r in rules if r.kind == "alert"}))
     fwd = forward_references(rules)
     if fwd:
         block_steps = 1
