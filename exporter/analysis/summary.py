@@ -122,6 +122,7 @@ def gate(summary: Summary, max_episodes_per_day: Optional[float] = None,
     for name in quiet_alerts:
         t = by_name.get(name)
         if t is not None and t.episodes:
-            out.append(Violation(name, f"{name} fired ({t.episodes} episode{"s" if t.episodes != 1 else ""}, {t.firing_ms / 60000:.1f} minutes firing) "
+            plural = "s" if t.episodes != 1 else ""
+            out.append(Violation(name, f"{name} fired ({t.episodes} episode{plural}, {t.firing_ms / 60000:.1f} minutes firing) "
                                        f"but --quiet-alerts says it must not fire"))
     return out
