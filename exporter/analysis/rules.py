@@ -76,14 +76,9 @@ def shared_subexpressions(rules: List[Rule]) -> FrozenSet[str]:
     """Sub-expressions that occur more than once across the rules (worth caching per block)."""
     counts: Counter = Counter()
     for r in rules:
-        seen = set()
         for node in walk(r.expr):
-            if isinstance(node, (NumberLiteral, StringLiteral)):
-                continue
-            key = str(node)
-            if key not in seen:
-                seen.add(key)
-                counts[key] += 1
+            if not isinstance(node, (NumberLiteral, StringLiteral)):
+                counts[str(node)] += 1
     return frozenset(k for k, c in counts.items() if c > 1)
 
 

@@ -35,6 +35,7 @@ class Series:
     _stale: Optional[np.ndarray] = None  # bool, None when the series has no stale marker
     _n: int = -1
     _clean: Optional[Tuple[np.ndarray, np.ndarray]] = field(default=None, repr=False)
+    _keys: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self._n < 0:
@@ -56,11 +57,20 @@ class Series:
         return self._n
 
     def time_key(self, clean: bool = False) -> tuple:
-        """Equal for series whose (stale-free, when ``clean``) timestamps are the same array."""
+        """Equal for series with the same (stale-free, when ``clean``) timestamps: the engine
+        computes one window per group of such series."""
         st = self.stale
-        if st is None or (clean and not st.any()):
-            return (id(self._t), self._n)
-        return ("own", id(self))
+        if not self._t.flags.writeable and (st is None or (clean and not st.any())):
+            return (id(self._t), self._n)  # an interned array: its identity is its content
+        key = self._keys.get(clean)
+        if key is None:
+            t = self.without_stale()[0] if clean else self.t
+            if st is not None and not clean and st.any():
+                key = ("own", id(self))
+            else:
+                key = ("content", len(t), hashlib.blake2b(t.tobytes(), digest_size=16).digest())
+            self._keys[clean] = key
+        return key
 
     def without_stale(self) -> Tuple[np.ndarray, np.ndarray]:
         """Timestamps and values with the stale markers taken out (what range selectors see)."""
@@ -94,6 +104,7 @@ class Series:
         self._stale[self._n: need] = stale
         self._n = need
         self._clean = None
+        self._keys = {}
 
 
 class Store:

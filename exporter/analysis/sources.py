@@ -295,17 +295,25 @@ def load_openmetrics(data: bytes, path: str = "<input>") -> Loaded:
 
 
 def load_file(path: str, test_name: Optional[str] = None) -> Loaded:
-    """A recorded-series file: promtool's YAML or OpenMetrics text (detected by content)."""
+    """A recorded-series file: OpenMetrics text (it ends in ``# EOF``; gzip allowed) or
+    promtool's YAML (a mapping), told apart by content."""
     try:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as exc:
         raise SourceError(f"{path}: {exc.strerror}") from None
-    head = data[:2]
-    if head != b"\x1f\x8b":
-        stripped = data.lstrip()
-        if not stripped.startswith(b"#") and re.match(rb"^\s*[A-Za-z_][A-Za-z0-9_]*\s*:", stripped) is not None:
+    if data[:2] == b"\x1f\x8b":
+        return load_openmetrics(data, path)
+    tail = data.rstrip().rsplit(b"\n", 1)[-1].strip()
+    if tail == b"# EOF":
+        return load_openmetrics(data, path)
+    for line in data.splitlines():
+        line = line.strip()
+        if not line or line.startswith(b"#"):
+            continue
+        if re.match(rb"[A-Za-z_][A-Za-z0-9_]*:(\s|$)", line) or line == b"---":
             return load_promtool(data.decode("utf-8", errors="replace"), path, test_name)
+        break
     return load_openmetrics(data, path)
 
 

@@ -47,14 +47,15 @@ class Window:
 
     def at(self, idx: np.ndarray) -> np.ndarray:
         """Values at per-step sample indices (clipped into range; callers mask)."""
-        if not self.X.shape[1]:
+        T = self.X.shape[1]
+        if not T:
             return np.zeros(self.shape)
-        return self.X[:, np.clip(idx, 0, self.X.shape[1] - 1)]
+        return self.X[:, np.minimum(np.maximum(idx, 0), T - 1)]
 
     def times(self, idx: np.ndarray) -> np.ndarray:
         if not len(self.t):
             return np.zeros(len(idx), np.int64)
-        return self.t[np.clip(idx, 0, len(self.t) - 1)]
+        return self.t[np.minimum(np.maximum(idx, 0), len(self.t) - 1)]
 
 
 def bounds(t: np.ndarray, mint: np.ndarray, maxt: np.ndarray, left_open: bool) -> Tuple[np.ndarray, np.ndarray]:
@@ -178,14 +179,36 @@ def avg_over_time(w: Window) -> Result:
     g, S = w.shape
     mean = np.zeros((g, S))
     c = np.zeros((g, S))
+    # scratch buffers: this loop runs once per sample of the longest window
+    inc, t, d1, d2 = (np.empty((g, S)) for _ in range(4))
+    big = np.empty((g, S), bool)
     with _err():
         for j, x, valid in _steps(w):
             count = float(j + 1)
-            skip = np.isinf(mean) & ((np.isinf(x) & ((mean > 0) == (x > 0))) | (~np.isinf(x) & ~np.isnan(x)))
-            nm, nc = kahan_inc(x / count - mean / count, mean, c)
-            upd = valid & ~skip
-            mean = np.where(upd, nm, mean)
-            c = np.where(upd, nc, c)
+            # inc = x/count - mean/count; then Go's kahanSumInc(inc, mean, c)
+            np.divide(x, count, out=inc)
+            np.divide(mean, count, out=d1)
+            np.subtract(inc, d1, out=inc)
+            np.add(mean, inc, out=t)
+            np.abs(mean, out=d1)
+            np.abs(inc, out=d2)
+            np.greater_equal(d1, d2, out=big)
+            np.subtract(mean, t, out=d1)
+            np.add(d1, inc, out=d1)        # (sum - t) + inc
+            np.subtract(inc, t, out=d2)
+            np.add(d2, mean, out=d2)       # (inc - t) + sum
+            np.copyto(d2, d1, where=big)
+            upd = valid
+            inf = np.isinf(mean)
+            if inf.any():
+                skip = inf & ((np.isinf(x) & ((mean > 0) == (x > 0))) | (~np.isinf(x) & ~np.isnan(x)))
+                upd = valid & ~skip
+            if upd.all():
+                np.add(c, d2, out=c)
+                mean, t = t, mean
+            else:
+                np.copyto(c, c + d2, where=np.broadcast_to(upd, c.shape))
+                np.copyto(mean, t, where=np.broadcast_to(upd, mean.shape))
         out = np.where(np.isinf(mean), mean, mean + c)
     return out, np.broadcast_to(w.cnt >= 1, (g, S))
 
