@@ -116,6 +116,7 @@ def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
                 out = _as_vec(ev.eval(rule.expr), len(block))
                 if rule.kind == "record":
                     _record(store, rule, out, block, previous, i)
+                    ev.forget(rule.name)
                 else:
                     _alert(rule, g.name, out, block, a, n, i, tracks)
             except EvalError as exc:

@@ -39,7 +39,7 @@ import numpy as np
 from . import aggregate as agg
 from . import binops, functions
 from .ast import (SCALAR, AggregateExpr, BinaryExpr, Call, Expr, MatrixSelector, NumberLiteral, ParenExpr,
-                  StringLiteral, SubqueryExpr, UnaryExpr, VectorSelector, unwrap_parens)
+                  StringLiteral, SubqueryExpr, UnaryExpr, VectorSelector, unwrap_parens, walk)
 from .labels import Labels, MatcherSet, drop_name
 from .vector import EvalError, Vec, build, empty
 from .windows import RANGE_FUNCTIONS, Window, bounds, holt_winters, predict_linear, quantile_over_time
@@ -71,6 +71,7 @@ class Evaluator:
         self.horizon = self.times if horizon is None else horizon
         self.order = order
         self._cache: Dict[str, Value] = {}
+        self._reads: Dict[str, List[MatcherSet]] = {}
         self._matchers: Dict[str, MatcherSet] = {}
 
     # -- entry -----------------------------------------------------------------------------
@@ -88,7 +89,14 @@ class Evaluator:
         out = self._eval(node)
         if key is not None:
             self._cache[key] = out
+            self._reads[key] = [MatcherSet(n.matchers) for n in walk(node) if isinstance(n, VectorSelector)]
         return out
+
+    def forget(self, name: str) -> None:
+        """Drop cached results that read series named ``name`` (a rule just wrote some)."""
+        for key in [k for k, sels in self._reads.items() if any(m.matches_name(name) for m in sels)]:
+            del self._cache[key]
+            del self._reads[key]
 
     def _eval(self, node: Expr) -> Value:
         if isinstance(node, NumberLiteral):
