@@ -12,9 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import requests

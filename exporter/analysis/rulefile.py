@@ -10,7 +10,7 @@ the backtest reports alerts, not notifications).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import yaml

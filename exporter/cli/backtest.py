@@ -11,7 +11,7 @@ import datetime as _dt
 import re
 import sys
 import time
-from typing import Callable, List, Mapping, Optional, Sequence
+from typing import Callable, List, Mapping, Sequence
 
 from ..errors import ConfigError
 from .parsing import PROG, OneLineParser, fail
