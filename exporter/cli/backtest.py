@@ -8,6 +8,7 @@ line per violation on stderr; 2 bad flags or input, one line on stderr.
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import re
 import sys
 import time
@@ -88,9 +89,7 @@ def _duration(text: str, what: str) -> int:
 
 def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] = time.time) -> int:
     ns = _parser().parse_args(list(argv))
-    try:
-        import numpy  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("numpy") is None:
         return fail(SUB, "the backtest needs numpy: pip install 'vllm-sidecar-exporter[analysis]'")
     from ..analysis import backtest as bt
     from ..analysis import report
