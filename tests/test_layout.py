@@ -16,6 +16,7 @@ ALLOWED = {
     "runtime": {"runtime", "slo", "errors", ""},
     "pack": {"pack", "slo", "errors", ""},
     "harness": {"harness", "runtime", "pack", "slo", "errors", ""},
+    "analysis": {"analysis", "pack", "runtime", "slo", "errors", ""},
     "slo": {"errors", ""},
     "errors": set(),
 }

@@ -1,0 +1,174 @@
+"""Running rule groups over a timeline, as Prometheus' rule manager (and promtool) would have.
+
+At every evaluation time the groups run in order and the rules of a group in order, each rule
+seeing what the rules before it recorded at that same time. Recording rules write their result
+under the rule's name and labels; a series the rule returned at the previous evaluation and not
+at this one gets a stale marker now (``seriesInPreviousEval``), so it disappears at once instead
+of lingering for the lookback delta. Alerting rules feed the state machine in ``alerts``.
+
+The evaluation is vectorized over blocks of evaluation times (a day of 30-second steps by
+default): each rule is evaluated for the whole block before the next rule. That is exact as long
+as no rule reads a series recorded by itself or by a later rule (it would need that rule's
+result at earlier times of the same block); such rule sets are detected and run one evaluation
+at a time, which is exact but slow.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
+
+import numpy as np
+
+from . import alerts
+from .promql.ast import NumberLiteral, StringLiteral, VectorSelector, walk
+from .promql.engine import DEFAULT_LOOKBACK_MS, Evaluator
+from .promql.labels import NAME, Labels, MatcherSet, drop_name, make
+from .promql.vector import EvalError, Vec, build
+from .rulefile import Group, Rule, fill_label_template
+from .series import Store
+
+
+class RuleEvalError(ValueError):
+    """A rule that Prometheus would fail to evaluate; names the rule and the time."""
+
+
+@dataclass
+class AlertTrack:
+    """One alert (rule and label set) over the timeline."""
+
+    rule: Rule
+    group: str
+    labels: Labels            # the alert's labels, alertname included
+    active: np.ndarray        # the expression returned this label set at the evaluation
+    states: Optional[alerts.States] = None
+
+    @property
+    def alertname(self) -> str:
+        return self.rule.name
+
+
+@dataclass
+class Run:
+    times: np.ndarray          # every evaluation time (ms)
+    interval_ms: int
+    store: Store               # raw plus recorded series
+    alerts: List[AlertTrack] = field(default_factory=list)
+    block_steps: int = 0
+    notes: List[str] = field(default_factory=list)
+    alertnames: List[str] = field(default_factory=list)  # every alert the rules define
+
+
+def forward_references(rules: List[Rule]) -> List[Tuple[Rule, Rule]]:
+    """Pairs (reader, writer) where a rule reads a name recorded by itself or a later rule."""
+    out = []
+    for j, r in enumerate(rules):
+        sels = [MatcherSet(n.matchers) for n in walk(r.expr) if isinstance(n, VectorSelector)]
+        for w in rules[j:]:
+            if w.kind == "record" and any(m.matches_name(w.name) for m in sels):
+                out.append((r, w))
+                break
+    return out
+
+
+def shared_subexpressions(rules: List[Rule]) -> FrozenSet[str]:
+    """Sub-expressions that occur more than once across the rules (worth caching per block)."""
+    counts: Counter = Counter()
+    for r in rules:
+        for node in walk(r.expr):
+            if not isinstance(node, (NumberLiteral, StringLiteral)):
+                counts[str(node)] += 1
+    return frozenset(k for k, c in counts.items() if c > 1)
+
+
+def _as_vec(res, S: int) -> Vec:
+    if isinstance(res, Vec):
+        return res
+    return Vec([()], np.asarray(res, dtype=np.float64)[None, :], np.ones((1, S), bool), np.zeros(1))
+
+
+def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
+        lookback_ms: int = DEFAULT_LOOKBACK_MS, left_open: bool = False, block_steps: int = 2880,
+        progress: Optional[Callable[[int, int], None]] = None, order=None) -> Run:
+    """Evaluate every rule at every time in ``times``; recorded series go into ``store``."""
+    times = np.asarray(times, dtype=np.int64)
+    flat: List[Tuple[Group, Rule]] = [(g, r) for g in groups for r in g.rules]
+    rules = [r for _, r in flat]
+    result = Run(times, interval_ms, store, alertnames=sorted({r.name for r in rules if r.kind == "alert"}))
+    fwd = forward_references(rules)
+    if fwd:
+        block_steps = 1
+        reader, writer = fwd[0]
+        result.notes.append(f"{reader.kind} {reader.name!r} reads {writer.name!r}, recorded by itself or a later rule: "
+                            f"evaluating one step at a time")
+    result.block_steps = block_steps
+    shared = shared_subexpressions(rules)
+    previous: Dict[int, set] = {i: set() for i in range(len(flat))}  # seriesInPreviousEval per rule
+    tracks: Dict[Tuple[int, Labels], AlertTrack] = {}
+    n = len(times)
+    for a in range(0, n, max(block_steps, 1)):
+        b = min(n, a + max(block_steps, 1))
+        block = times[a:b]
+        ev = Evaluator(store, block, interval_ms, lookback_ms, left_open, shared, order=order)
+        for i, (g, rule) in enumerate(flat):
+            try:
+                out = _as_vec(ev.eval(rule.expr), len(block))
+                if rule.kind == "record":
+                    _record(store, rule, out, block, previous, i)
+                    ev.forget(rule.name)
+                else:
+                    _alert(rule, g.name, out, block, a, n, i, tracks)
+            except EvalError as exc:
+                when = f" at {exc.t_ms / 1000:g}s" if exc.t_ms is not None else ""
+                raise RuleEvalError(f"{rule.where}: {rule.kind} {rule.name!r} (group {g.name!r}) failed{when}: "
+                                    f"{exc.message}") from None
+        if progress:
+            progress(b, n)
+    for track in tracks.values():
+        track.states = alerts.evaluate(times, track.active, track.rule.for_ms, track.rule.keep_firing_for_ms)
+    result.alerts = sorted(tracks.values(), key=lambda t: (t.rule.name, t.labels))
+    return result
+
+
+def _record(store: Store, rule: Rule, out: Vec, block: np.ndarray, previous: Dict[int, set], i: int) -> None:
+    labels = []
+    for ls in out.labels:
+        d = dict(ls)
+        d[NAME] = rule.name
+        d.update(rule.labels)
+        labels.append(make(d))
+    vec = build(labels, out.V, out.P, out.K, block,
+                what="vector contains metrics with the same labelset after applying rule labels")
+    prev = previous[i]
+    current = set()
+    for j, ls in enumerate(vec.labels):
+        p = vec.P[j]
+        was = np.concatenate([[ls in prev], p[:-1]])
+        stale = ~p & was
+        write = p | stale
+        if write.any():
+            store.write(ls, block[write], np.where(p[write], vec.V[j][write], np.nan), stale[write])
+        if p[-1]:
+            current.add(ls)
+    for ls in prev - set(vec.labels):  # returned before this block, never in it: stale at once
+        store.write(ls, block[:1], np.array([np.nan]), np.array([True]))
+    previous[i] = current
+
+
+def _alert(rule: Rule, group: str, out: Vec, block: np.ndarray, a: int, n: int, i: int,
+           tracks: Dict[Tuple[int, Labels], AlertTrack]) -> None:
+    labels = []
+    for ls in out.labels:
+        d = dict(drop_name(ls))
+        for k, v in rule.labels:
+            d[k] = fill_label_template(v, dict(ls))
+        d["alertname"] = rule.name
+        labels.append(make(d))
+    vec = build(labels, out.V, out.P, out.K, block,
+                what="vector contains metrics with the same labelset after applying alert labels")
+    for j, ls in enumerate(vec.labels):
+        t = tracks.get((i, ls))
+        if t is None:
+            t = tracks[(i, ls)] = AlertTrack(rule, group, ls, np.zeros(n, bool))
+        t.active[a:a + len(block)] = vec.P[j]

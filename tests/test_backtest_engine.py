@@ -1,0 +1,154 @@
+"""The backtest's pieces on their own (no promtool): the PromQL parser, durations, promtool's
+series notation, the alert state machine, window bounds (Prometheus 2 and 3), the store's
+first-write-wins rule and how rule sets that read their own output are run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import ROOT
+from exporter.analysis import alerts
+from exporter.analysis import rules as rule_runner
+from exporter.analysis.promql.durations import DurationError, format_duration, parse_duration
+from exporter.analysis.promql.engine import Evaluator
+from exporter.analysis.promql.labels import make
+from exporter.analysis.promql.lexer import PromQLSyntaxError
+from exporter.analysis.promql.parser import parse
+from exporter.analysis.rulefile import RuleFileError, groups_from_data
+from exporter.analysis.series import Store
+from exporter.analysis.sources import SourceError, expand_values, input_series_store
+
+
+def test_every_pack_expression_parses_and_prints_back_to_the_same_tree():
+    doc = yaml.safe_load((ROOT / "rules" / "vllm.rules.yml").read_text())
+    for g in doc["groups"]:
+        for r in g["rules"]:
+            e = parse(r["expr"])
+            assert parse(str(e)) == e, r["expr"]
+
+
+@pytest.mark.parametrize("text,pos,msg", [
+    ("sum(rate(x[5m])", 15, "unclosed left parenthesis"),
+    ("rate(x)", 0, "expected type range vector"),
+    ("x > 1 and 2", 6, "set operator 'and' not allowed"),
+    ("1 < 2", 2, "comparisons between scalars must use BOOL"),
+    ("foo{a=~\"(\"}", 7, "error parsing regexp"),
+    ("x offset 5m offset 1m", 12, "offset may not be set multiple times"),
+    ("sum by (a) (x) by (b)", 15, "unexpected"),
+])
+def test_parse_errors_say_what_and_where(text, pos, msg):
+    with pytest.raises(PromQLSyntaxError) as info:
+        parse(text)
+    assert msg in info.value.message and info.value.pos == pos, (info.value.message, info.value.pos)
+
+
+def test_precedence_and_literals_follow_prometheus():
+    assert str(parse("-2 ^ 2")) == "-2.0 ^ 2.0"  # the sign folds into the literal, ^ binds tighter
+    e = parse("a + b * c ^ d ^ e or f and g")
+    assert str(e) == "a + b * c ^ d ^ e or f and g"
+    assert e.op == "or" and e.rhs.op == "and" and e.lhs.op == "+"
+    assert e.lhs.rhs.rhs.op == "^" and e.lhs.rhs.rhs.rhs.op == "^"  # right-associative
+    times = np.array([0], dtype=np.int64)
+    ev = Evaluator(Store(), times, 60_000)
+    assert ev.eval(parse("0x10 + 010 + 1e1 + .5"))[0] == 16 + 8 + 10 + 0.5  # hex, octal, exponent
+    assert ev.eval(parse("2 ^ 3 ^ 2"))[0] == 512
+    assert ev.eval(parse("-2 ^ 2"))[0] == -4
+
+
+def test_durations():
+    assert parse_duration("1h30m") == 5_400_000
+    assert parse_duration("1d") == 86_400_000 and parse_duration("250ms") == 250
+    assert format_duration(5_400_000) == "1h30m"
+    for bad in ("30m1h", "1.5h", "", "5x"):
+        with pytest.raises(DurationError):
+            parse_duration(bad)
+
+
+def test_promtool_series_notation():
+    assert expand_values("1+2x3") == [1, 3, 5, 7]
+    assert expand_values("5-1x2 _x2 stale 7x1") == [5, 4, 3, None, None, "stale", 7, 7]
+    assert expand_values("Inf -Inf") == [float("inf"), float("-inf")]
+    acc = expand_values("0.1+0.1x2")  # accumulated like Go's parser: 0.1 + 0.1 + 0.1 is not 0.3
+    assert acc[2] == 0.1 + 0.1 + 0.1 and acc[2] != 0.3
+    with pytest.raises(ValueError):
+        expand_values("1 2 three")
+    with pytest.raises(SourceError) as info:
+        input_series_store([{"series": "up{", "values": "1"}], 60_000)
+    assert "input_series item 1" in str(info.value)
+
+
+def test_the_alert_state_machine():
+    t = np.arange(20, dtype=np.int64) * 60_000
+    act = np.zeros(20, bool)
+    act[2:8] = True    # 6 minutes
+    act[9:10] = True   # back after one minute without
+    act[14:16] = True  # back after four minutes without
+    st = alerts.evaluate(t, act, for_ms=3 * 60_000)
+    assert list(np.nonzero(st.pending)[0]) == [2, 3, 4, 9, 14, 15]
+    assert list(np.nonzero(st.firing)[0]) == [5, 6, 7]
+    kept = alerts.evaluate(t, act, for_ms=3 * 60_000, keep_firing_for_ms=2 * 60_000)
+    # absent at 8 (kept), present at 9 (same alert), absent 10-11 (kept: 0m, 1m after), resolved at 12
+    assert list(np.nonzero(kept.firing)[0]) == [5, 6, 7, 8, 9, 10, 11]
+    assert list(np.nonzero(kept.pending)[0]) == [2, 3, 4, 14, 15]
+    now = alerts.evaluate(t, act, for_ms=0)
+    assert np.array_equal(now.firing, act) and not now.pending.any()
+
+
+def _store(samples):
+    st = Store()
+    st.add(make({"__name__": "x"}), [t for t, _ in samples], [v for _, v in samples])
+    return st
+
+
+def test_range_bounds_prometheus_2_and_3():
+    st = _store([(0, 1.0), (60_000, 2.0), (120_000, 3.0)])
+    times = np.array([120_000], dtype=np.int64)
+    two = Evaluator(st, times, 60_000).eval(parse("count_over_time(x[2m])"))
+    three = Evaluator(st, times, 60_000, left_open=True).eval(parse("count_over_time(x[2m])"))
+    assert two.V[0, 0] == 3 and three.V[0, 0] == 2  # the sample at t-2m: in for 2.x, out for 3.x
+    # the lookback delta likewise: a sample exactly 5 minutes old is visible in 2.x only
+    late = np.array([300_000 + 120_000], dtype=np.int64)
+    assert Evaluator(st, late, 60_000).eval(parse("x")).P[0, 0]
+    assert Evaluator(st, late, 60_000, left_open=True).eval(parse("x")).n == 0
+
+
+def test_stale_markers_end_a_series_at_once():
+    st = input_series_store([{"series": "x", "values": "1 2 stale"}], 60_000)
+    got = Evaluator(st, np.array([60_000, 120_000, 180_000]), 60_000).eval(parse("x"))
+    assert got.P[0].tolist() == [True, False, False]
+    got = Evaluator(st, np.array([120_000]), 60_000).eval(parse("count_over_time(x[5m])"))
+    assert got.V[0, 0] == 2  # range selectors skip the marker
+
+
+def test_the_first_write_at_a_timestamp_wins():
+    st = Store()
+    ls = make({"__name__": "r"})
+    st.write(ls, np.array([0, 60_000]), np.array([1.0, 2.0]), np.array([False, False]))
+    st.write(ls, np.array([60_000, 120_000]), np.array([9.0, 3.0]), np.array([False, False]))
+    s = st.get(ls)
+    assert s.t.tolist() == [0, 60_000, 120_000] and s.v.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_rules_reading_their_own_output_run_one_step_at_a_time():
+    groups = groups_from_data([{"name": "g", "rules": [
+        {"record": "y", "expr": "(y + 1) or x"},
+        {"alert": "Big", "expr": "y > 3"},
+    ]}], "test")
+    st = input_series_store([{"series": "x", "values": "0x10"}], 60_000)
+    run = rule_runner.run(groups, st, np.arange(0, 600_001, 60_000), 60_000)
+    assert run.block_steps == 1 and "reads 'y'" in run.notes[0]
+    y = run.store.get(make({"__name__": "y"}))
+    assert y.v.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]  # each evaluation saw the one before
+    assert run.alerts[0].states.firing.tolist() == [False] * 4 + [True] * 7
+
+
+def test_rule_file_errors_name_the_rule():
+    with pytest.raises(RuleFileError) as info:
+        groups_from_data([{"name": "g", "rules": [{"alert": "A", "expr": "up", "for": "5 minutes"}]}], "f.yml")
+    assert "alert 'A'" in str(info.value) and "for" in str(info.value)
+    with pytest.raises(RuleFileError) as info:
+        groups_from_data([{"name": "g", "rules": [{"alert": "A", "expr": "up", "labels": {"x": "{{ $value }}"}}]}], "f")
+    assert "label templates" in str(info.value)
