@@ -6,7 +6,7 @@ VENV ?= .venv
 VPY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run demo test venv deps rules bench clean
+.PHONY: run demo test venv deps rules bench detection clean
 
 $(VPY): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,9 @@ rules: $(VPY)
 
 bench: $(VPY)
 	$(VPY) bench/bench_parser.py
+
+detection: $(VPY)
+	$(VPY) -m exporter.harness.detection --out docs/detection.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -178,6 +178,7 @@ SCHEMA: Dict[str, Check] = {
     "burn_rates.ticket": _burn_pairs,
     "kv_cache.warn": _number(0, 1, open_lo=True),
     "kv_cache.critical": _number(0, 1, open_lo=True),
+    "kv_cache.held_back_share": _number(0, 1, open_lo=True),
     "long_prompt.tokens": _number(1),
     "long_prompt.surge_factor": _number(1),
     "long_prompt.min_per_second": _number(0),

@@ -15,7 +15,7 @@ PKG = ROOT / "exporter"
 ALLOWED = {
     "runtime": {"runtime", "slo", "errors", ""},
     "pack": {"pack", "slo", "errors", ""},
-    "harness": {"harness", "runtime", "pack", "slo", "errors", ""},
+    "harness": {"harness", "runtime", "pack", "analysis", "slo", "errors", ""},
     "analysis": {"analysis", "pack", "runtime", "slo", "errors", ""},
     "slo": {"errors", ""},
     "errors": set(),

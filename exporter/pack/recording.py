@@ -67,16 +67,24 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     by, s = c.by, c.s
     running = c.rec("vllm_requests_running", "sum")
     waiting = c.rec("vllm_requests_waiting", "sum")
+    cap = c.rec("vllm_requests_waiting_capacity", "sum")
     return [
         Recording(c.rec("vllm_kv_cache_usage", "max"),
                   f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor\nmax by ({by}) (vllm:gpu_cache_usage_perc{s()})"),
         Recording(running, f"sum by ({by}) (vllm:num_requests_running{s()})"),
         Recording(waiting, f"sum by ({by}) (vllm:num_requests_waiting{s()})"),
-        Recording(c.rec("vllm_requests_waiting_capacity", "sum"),
+        Recording(cap,
                   f"sum by ({by}) (vllm:num_requests_waiting_by_reason{s(CAPACITY)})\n"
                   f"or\n(\n  {waiting} > 0\n  and on ({by})\n"
                   f"  ({running} < 0.9 * max_over_time({running}[{c.windows['batch_peak']}]))\n)\n"
                   f"or\n{waiting} * 0"),
+        # 1 at an evaluation where requests are held back by the cache: waiting for its capacity,
+        # preempted, or rejected; 0 otherwise (the KV alert averages it over a window)
+        Recording(c.rec("vllm_requests_held_back", "bool"),
+                  f"clamp_max(\n  ({cap} > bool 0)\n"
+                  f"  + on ({by})\n  (({c.rec('vllm_preemptions', 'rate', c.S2)} > bool 0) or on ({by}) {cap} * 0)\n"
+                  f"  + on ({by})\n  (({c.rec('vllm_admission_rejections', 'rate')} > bool 0) or on ({by}) {cap} * 0),\n"
+                  f"  1\n)"),
     ]
 
 

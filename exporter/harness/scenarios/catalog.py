@@ -198,15 +198,18 @@ def stream_errors(history_h: float = 8.0, step: float = 30.0) -> Scenario:
                           "the HTTP status (200) was sent")
 
 
-def chronic_overload_old_release(hours: float = 12.0, step: float = 30.0) -> Scenario:
+def chronic_overload_old_release(history_h: float = 24.0, hours: float = 12.0, step: float = 30.0) -> Scenario:
     """An older vLLM (0.x names, no waiting-by-reason, no preemption counter) overloaded for
-    hours at a time: the KV cache saw-tooths between 0.55 and 0.99 from one scrape to the next
-    and the queue never drains, three overloads a day. Each overload must be one episode per
-    alert, not one per minute."""
-    n = _steps(hours, step)
+    hours at a time after a normal busy day: the KV cache saw-tooths between 0.55 and 0.99 from
+    one scrape to the next, the queue never drains, and the batch runs KV-limited, well below the
+    batch size it reached in the busy hours of the day before. Three overloads; each must be one
+    episode per alert, not one per minute."""
+    n = _steps(history_h + hours, step)
     book = Book(START, step, n)
     per_h = 3600.0 / step
-    overloads = [(int(1 * per_h), int(4 * per_h)), (int(5.5 * per_h), int(7.5 * per_h)), (int(9 * per_h), int(11.5 * per_h))]
+    h0 = int(history_h * per_h)
+    overloads = [(h0 + int(1 * per_h), h0 + int(4 * per_h)), (h0 + int(5.5 * per_h), h0 + int(7.5 * per_h)),
+                 (h0 + int(9 * per_h), h0 + int(11.5 * per_h))]
 
     def state(i: int, k: int) -> PodState:
         s = healthy(i, step, True, k)
@@ -214,11 +217,10 @@ def chronic_overload_old_release(hours: float = 12.0, step: float = 30.0) -> Sce
             if a <= i < b:
                 saw = (i * 7 + k * 3) % 11 / 10.0  # 0.0 .. 1.0, jumping around
                 waiting = 14 + 10 * ((i * 5 + k) % 7) / 6.0
-                batch_room = (i + k) % 3 != 0  # the batch has room two scrapes in three: KV holds requests back
                 return replace(s, requests=3.0, kv_usage=0.55 + 0.44 * saw, waiting_capacity=0.0,
-                               waiting_deferred=waiting, running=(18.0 if batch_room else 32.0),
+                               waiting_deferred=waiting, running=14.0 + 8 * ((i * 3 + k) % 5) / 4.0,
                                ttft=2.5 + 1.5 * saw, queue=2.0, gpu_util=0.98)
-        return replace(s, running=min(s.running, 30.0))
+        return s
 
     fleet = [Pod(pod_name("vllm-legacy", 1, k), (lambda i, k=k: state(i, k)), old_release=True, with_sidecar=False)
              for k in range(2)]
@@ -227,7 +229,8 @@ def chronic_overload_old_release(hours: float = 12.0, step: float = 30.0) -> Sce
                     onset=overloads[0][0], must_fire=("VLLMKVCacheExhausted",),
                     max_episodes={"VLLMKVCacheExhausted": 3, "VLLMQueueBuildup": 3, "VLLMTTFTHigh": 3,
                                   "VLLMTTFTMeanHigh": 3},
-                    notes="2 replicas of an old release without the sidecar, overloaded three times for 2-3 hours")
+                    notes="2 replicas of an old release without the sidecar; after a busy day, overloaded three "
+                          "times for 2-3 hours")
 
 
 SCENARIOS: Dict[str, Callable[..., Scenario]] = {

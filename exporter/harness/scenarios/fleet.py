@@ -18,13 +18,15 @@ long-prompt rate, pressure level, busy-low flag, stall flag, target health.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from ...runtime.parser import parse
 from ..simulate import template_page
-from .series import STALE, Book
+from .series import Book
 
 # vLLM histogram -> its name on old releases (None: the same)
 HISTOGRAMS = {
@@ -51,12 +53,24 @@ def real_bounds(metric: str) -> Tuple[Tuple[str, float], ...]:
     return tuple(out)
 
 
-def lognormal_cdf(x: float, median: float, sigma: float) -> float:
-    if x <= 0 or median <= 0:
-        return 0.0 if x <= 0 else 1.0
-    if math.isinf(x):
-        return 1.0
-    return 0.5 * (1 + math.erf(math.log(x / median) / (sigma * math.sqrt(2))))
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf for arrays (Abramowitz and Stegun 7.1.26, absolute error under 1.5e-7)."""
+    sign = np.sign(x)
+    a = np.abs(x)
+    k = 1.0 / (1.0 + 0.3275911 * a)
+    y = 1.0 - (((((1.061405429 * k - 1.453152027) * k) + 1.421413741) * k - 0.284496736) * k + 0.254829592) * k * np.exp(-a * a)
+    return sign * y
+
+
+def lognormal_cdf(x, median, sigma: float):
+    """P(X <= x) for a lognormal with that median (arrays broadcast); 1 at +Inf, 0 at x <= 0."""
+    x = np.asarray(x, dtype=float)
+    median = np.asarray(median, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.log(np.where(x > 0, x, 1.0) / np.where(median > 0, median, 1.0)) / (sigma * math.sqrt(2))
+        out = 0.5 * (1 + _erf(np.where(np.isfinite(z), z, 0.0)))
+    out = np.where(np.isinf(x), 1.0, out)
+    return np.where(x <= 0, 0.0, out)
 
 
 @dataclass(frozen=True)
@@ -101,38 +115,14 @@ class Pod:
     namespace: str = "llm"
     old_release: bool = False
     with_sidecar: bool = True
-    # running totals (cumulative counters), per series key
-    _acc: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float] = field(default_factory=dict)
-    _recent_long: List[float] = field(default_factory=list)
 
     def alive(self, i: int) -> bool:
         return i >= self.start and (self.end is None or i < self.end)
 
 
-def _add(pod: Pod, book: Book, i: int, name: str, labels: Dict[str, str], inc: float) -> None:
-    key = (name, tuple(sorted(labels.items())))
-    v = pod._acc.get(key, 0.0) + max(0.0, inc)
-    pod._acc[key] = v
-    book.set(name, labels, i, v)
-
-
-def _hist(pod: Pod, book: Book, i: int, metric: str, labels: Dict[str, str], count: float,
-          cdf: Callable[[float], float], mean: float) -> None:
-    for le, x in real_bounds(metric if metric != "vllm:time_per_output_token_seconds"
-                             else "vllm:inter_token_latency_seconds"):
-        _add(pod, book, i, metric + "_bucket", {**labels, "le": le}, count * cdf(x))
-    _add(pod, book, i, metric + "_sum", labels, count * mean)
-    _add(pod, book, i, metric + "_count", labels, count)
-
-
-def _mixture(normal_median: float, long_tokens: float, long_share: float) -> Callable[[float], float]:
-    def cdf(x: float) -> float:
-        return (1 - long_share) * lognormal_cdf(x, normal_median, 0.6) + long_share * lognormal_cdf(x, long_tokens, 0.05)
-    return cdf
-
-
 class Fleet:
-    """Pods rendered into one ``Book``: ``Fleet(book).render(pods)``."""
+    """Pods rendered into one ``Book``: ``Fleet(book).render(pods)``. Each pod's states are taken
+    for every step first, then every series of the pod is computed over all steps at once."""
 
     SIDECAR_WINDOW = 60.0  # the sidecar's sliding window (s)
     LONG_PROMPT_TOKENS = 4000.0
@@ -142,129 +132,140 @@ class Fleet:
 
     def render(self, pods: Sequence[Pod]) -> Book:
         for pod in pods:
-            was_up = {"vllm": False, "sidecar": False}
-            for i in range(self.book.n):
-                if not pod.alive(i):
-                    if pod.end is not None and i == pod.end:
-                        # the pod is gone: its targets vanish, Prometheus marks every series stale
-                        self.book.end(i, {"pod": pod.name})
-                    continue
-                s = pod.state(i)
-                self._step(pod, i, s, was_up)
+            self._pod(pod)
         return self.book
 
-    # -- one step of one pod --------------------------------------------------------------------
-    def _step(self, pod: Pod, i: int, s: PodState, was_up: Dict[str, bool]) -> None:
-        book, dt = self.book, self.book.step
+    def _pod(self, pod: Pod) -> None:
+        book, n = self.book, self.book.n
+        idx = np.arange(n)
+        alive = (idx >= pod.start) & ((idx < pod.end) if pod.end is not None else True)
+        if not alive.any():
+            return
+        states = [pod.state(int(i)) if alive[i] else None for i in range(n)]
+        base = PodState()
+
+        def col(name: str) -> np.ndarray:
+            return np.array([getattr(s or base, name) for s in states], dtype=float)
+
+        S = {f: col(f) for f in PodState.__dataclass_fields__}
+        vup = alive & (S["vllm_up"] > 0)
+        sup = alive & (S["sidecar_up"] > 0) & pod.with_sidecar
         target = {"namespace": pod.namespace, "pod": pod.name}
         vjob = {**target, "job": f"{pod.namespace}/vllm", "instance": f"{pod.name}:8000"}
         sjob = {**target, "job": f"{pod.namespace}/vllm-sidecar", "instance": f"{pod.name}:9181"}
+        book.put("up", vjob, alive, vup.astype(float))
         if pod.with_sidecar:
-            book.set("up", sjob, i, 1.0 if s.sidecar_up else 0.0)
-        book.set("up", vjob, i, 1.0 if s.vllm_up else 0.0)
-        if s.vllm_up:
-            self._vllm(pod, i, s, vjob, dt)
-        elif was_up["vllm"]:
-            self._end_target(i, vjob)
-        was_up["vllm"] = s.vllm_up
-        if pod.with_sidecar and s.sidecar_up:
-            self._sidecar(pod, i, s, sjob, dt)
-        elif pod.with_sidecar and was_up["sidecar"]:
-            self._end_target(i, sjob)
-        was_up["sidecar"] = pod.with_sidecar and s.sidecar_up
+            book.put("up", sjob, alive, sup.astype(float))
+        self._vllm(pod, S, vup, vjob)
+        if pod.with_sidecar:
+            self._sidecar(pod, S, sup, vup, sjob)
+        # a failed scrape or a target gone: Prometheus marks the target's series stale
+        for job, up in ((vjob, vup), (sjob, sup)):
+            down = np.zeros(n, dtype=bool)
+            down[1:] = up[:-1] & ~up[1:]
+            book.end_where(lambda name: True, lambda lab, job=job: lab.get("job") == job["job"] and lab.get("pod") == pod.name,
+                           down)
+        if pod.end is not None and pod.end < n:
+            gone = np.zeros(n, dtype=bool)
+            gone[pod.end] = True
+            book.end_where(lambda name: name == "up", lambda lab: lab.get("pod") == pod.name, gone)
 
-    def _end_target(self, i: int, job: Dict[str, str]) -> None:
-        # a failed scrape: Prometheus marks the target's series stale (``up`` itself stays)
-        for (name, labels), row in self.book.series.items():
-            lab = dict(labels)
-            if name != "up" and lab.get("job") == job["job"] and lab.get("pod") == job["pod"] and i > 0 \
-                    and row[i - 1] not in (None, STALE) and row[i] is None:
-                row[i] = STALE
+    # -- series ---------------------------------------------------------------------------------
+    def _counter(self, name: str, labels: Dict[str, str], rate: np.ndarray, where: np.ndarray) -> None:
+        inc = np.where(where, np.maximum(rate, 0.0) * self.book.step, 0.0)
+        self.book.put(name, labels, where, np.cumsum(inc))
 
-    def _vllm(self, pod: Pod, i: int, s: PodState, job: Dict[str, str], dt: float) -> None:
+    def _hist(self, metric: str, labels: Dict[str, str], count_rate: np.ndarray, cdf, mean: np.ndarray,
+              where: np.ndarray, bounds_of: str = "") -> None:
+        for le, x in real_bounds(bounds_of or metric):
+            self._counter(metric + "_bucket", {**labels, "le": le}, count_rate * cdf(x), where)
+        self._counter(metric + "_sum", labels, count_rate * mean, where)
+        self._counter(metric + "_count", labels, count_rate, where)
+
+    def _vllm(self, pod: Pod, S: Dict[str, np.ndarray], up: np.ndarray, job: Dict[str, str]) -> None:
         book = self.book
         old = pod.old_release
         lab = {**job, "model_name": pod.model}
         if not old:
             lab["engine"] = "0"
-        n = s.requests * dt
-        gen = s.requests * s.output_tokens * dt
-        prompt_mean = (1 - s.long_share) * s.prompt_tokens * math.exp(0.18) + s.long_share * s.long_tokens
-        _add(pod, book, i, "vllm:generation_tokens_total", lab, gen)
-        _add(pod, book, i, "vllm:prompt_tokens_total", lab, n * prompt_mean)
-        err = min(s.engine_errors * dt, n)
-        for reason, inc in (("stop", (n - err) * 0.8), ("length", (n - err) * 0.2), ("abort", 0.0), ("error", err)):
-            _add(pod, book, i, "vllm:request_success_total", {**lab, "finished_reason": reason}, inc)
+        req, share, ptok, ltok = S["requests"], S["long_share"], S["prompt_tokens"], S["long_tokens"]
+        prompt_mean = (1 - share) * ptok * math.exp(0.18) + share * ltok
+        gen = req * S["output_tokens"]
+        self._counter("vllm:generation_tokens_total", lab, gen, up)
+        self._counter("vllm:prompt_tokens_total", lab, req * prompt_mean, up)
+        err = np.minimum(S["engine_errors"], req)
+        ok = req - err
+        for reason, rate in (("stop", ok * 0.8), ("length", ok * 0.2), ("abort", 0 * req), ("error", err)):
+            self._counter("vllm:request_success_total", {**lab, "finished_reason": reason}, rate, up)
         if not old:
-            _add(pod, book, i, "vllm:num_preemptions_total", lab, s.preemptions * dt)
-            _add(pod, book, i, "vllm:admission_rejections_total", {**lab, "reason": "max_num_queued_reqs"},
-                 s.rejections * dt)
-        if s.corrupted or ("vllm:corrupted_requests_total", ()) in pod._acc:
-            _add(pod, book, i, "vllm:corrupted_requests_total", lab, s.corrupted * dt)
-        q = s.requests * dt * (prompt_mean)
-        _add(pod, book, i, "vllm:prefix_cache_queries_total" if not old else "vllm:gpu_prefix_cache_queries_total", lab, q)
-        _add(pod, book, i, "vllm:prefix_cache_hits_total" if not old else "vllm:gpu_prefix_cache_hits_total", lab,
-             q * s.prefix_hit)
-        book.set("vllm:kv_cache_usage_perc" if not old else "vllm:gpu_cache_usage_perc", lab, i, s.kv_usage)
-        book.set("vllm:num_requests_running", lab, i, s.running)
-        book.set("vllm:num_requests_waiting", lab, i, s.waiting_capacity + s.waiting_deferred)
+            self._counter("vllm:num_preemptions_total", lab, S["preemptions"], up)
+            self._counter("vllm:admission_rejections_total", {**lab, "reason": "max_num_queued_reqs"}, S["rejections"], up)
+        if S["corrupted"].any():
+            self._counter("vllm:corrupted_requests_total", lab, S["corrupted"], up)
+        queries = req * prompt_mean
+        pre = "vllm:prefix_cache" if not old else "vllm:gpu_prefix_cache"
+        self._counter(f"{pre}_queries_total", lab, queries, up)
+        self._counter(f"{pre}_hits_total", lab, queries * S["prefix_hit"], up)
+        book.put("vllm:kv_cache_usage_perc" if not old else "vllm:gpu_cache_usage_perc", lab, up, S["kv_usage"])
+        book.put("vllm:num_requests_running", lab, up, S["running"])
+        book.put("vllm:num_requests_waiting", lab, up, S["waiting_capacity"] + S["waiting_deferred"])
         if not old:
-            book.set("vllm:num_requests_waiting_by_reason", {**lab, "reason": "capacity"}, i, s.waiting_capacity)
-            book.set("vllm:num_requests_waiting_by_reason", {**lab, "reason": "deferred"}, i, s.waiting_deferred)
-        # histograms
-        _hist(pod, book, i, "vllm:time_to_first_token_seconds", lab, n,
-              lambda x: lognormal_cdf(x, s.ttft, 0.5), s.ttft * math.exp(0.125))
+            book.put("vllm:num_requests_waiting_by_reason", {**lab, "reason": "capacity"}, up, S["waiting_capacity"])
+            book.put("vllm:num_requests_waiting_by_reason", {**lab, "reason": "deferred"}, up, S["waiting_deferred"])
+        ttft, itl, q = S["ttft"], S["itl"], S["queue"]
+        self._hist("vllm:time_to_first_token_seconds", lab, req, lambda x: lognormal_cdf(x, ttft, 0.5),
+                   ttft * math.exp(0.125), up)
         itl_name = "vllm:inter_token_latency_seconds" if not old else "vllm:time_per_output_token_seconds"
-        _hist(pod, book, i, itl_name, lab, gen, lambda x: lognormal_cdf(x, s.itl, 0.3), s.itl * math.exp(0.045))
-        e2e = s.ttft + s.itl * s.output_tokens
-        _hist(pod, book, i, "vllm:e2e_request_latency_seconds", lab, n, lambda x: lognormal_cdf(x, e2e, 0.5),
-              e2e * math.exp(0.125))
-        _hist(pod, book, i, "vllm:request_queue_time_seconds", lab, n, lambda x: lognormal_cdf(x, s.queue, 0.8),
-              s.queue * math.exp(0.32))
-        _hist(pod, book, i, "vllm:request_prompt_tokens", lab, n,
-              _mixture(s.prompt_tokens, s.long_tokens, s.long_share), prompt_mean)
-        _hist(pod, book, i, "vllm:request_generation_tokens", lab, n,
-              lambda x: lognormal_cdf(x, s.output_tokens, 0.5), s.output_tokens)
+        self._hist(itl_name, lab, gen, lambda x: lognormal_cdf(x, itl, 0.3), itl * math.exp(0.045), up,
+                   bounds_of="vllm:inter_token_latency_seconds")
+        e2e = ttft + itl * S["output_tokens"]
+        self._hist("vllm:e2e_request_latency_seconds", lab, req, lambda x: lognormal_cdf(x, e2e, 0.5),
+                   e2e * math.exp(0.125), up)
+        self._hist("vllm:request_queue_time_seconds", lab, req, lambda x: lognormal_cdf(x, q, 0.8),
+                   q * math.exp(0.32), up)
+        self._hist("vllm:request_prompt_tokens", lab, req,
+                   lambda x: (1 - share) * lognormal_cdf(x, ptok, 0.6) + share * lognormal_cdf(x, ltok, 0.05),
+                   prompt_mean, up)
+        self._hist("vllm:request_generation_tokens", lab, req, lambda x: lognormal_cdf(x, S["output_tokens"], 0.5),
+                   S["output_tokens"], up)
         # the OpenAI server's HTTP answers: engine errors of streamed requests answered 200 already
         http = {**job, "handler": "/v1/chat/completions", "method": "POST"}
-        non_streamed_errors = err * (1 - s.stream_share)
-        failures = s.http_failures * dt
-        _add(pod, book, i, "http_requests_total", {**http, "status": "2xx"}, n - non_streamed_errors)
-        _add(pod, book, i, "http_requests_total", {**http, "status": "5xx"}, non_streamed_errors + failures)
-        book.set("process_start_time_seconds", job, i, self._process_start(pod))
+        non_streamed = err * (1 - S["stream_share"])
+        self._counter("http_requests_total", {**http, "status": "2xx"}, req - non_streamed, up)
+        self._counter("http_requests_total", {**http, "status": "5xx"}, non_streamed + S["http_failures"], up)
+        book.put("process_start_time_seconds", job, up, book.t(pod.start) - 90.0)
 
-    def _process_start(self, pod: Pod) -> float:
-        return self.book.t(pod.start) - 90.0  # vLLM starts before it is ready
-
-    def _sidecar(self, pod: Pod, i: int, s: PodState, job: Dict[str, str], dt: float) -> None:
-        book = self.book
+    def _sidecar(self, pod: Pod, S: Dict[str, np.ndarray], up: np.ndarray, vup: np.ndarray, job: Dict[str, str]) -> None:
+        book, n = self.book, self.book.n
         lab = {**job, "model_name": pod.model}
-        book.set("vllm_sidecar_build_info", {**job, "version": "0.1.0"}, i, 1.0)
-        book.set("vllm_sidecar_target_up", {**job, "target": "vllm"}, i, 1.0 if s.vllm_up else 0.0)
-        if s.vllm_up:
-            book.set("vllm_sidecar_last_success_timestamp_seconds", {**job, "target": "vllm"}, i, book.t(i))
-        elif ("vllm_sidecar_last_success_timestamp_seconds", tuple(sorted({**job, "target": "vllm"}.items()))) in book.series:
-            row = book.series[("vllm_sidecar_last_success_timestamp_seconds", tuple(sorted({**job, "target": "vllm"}.items())))]
-            last = next((v for v in reversed(row[:i]) if v not in (None, STALE)), None)
-            if last is not None:
-                book.set("vllm_sidecar_last_success_timestamp_seconds", {**job, "target": "vllm"}, i, last)
-        if not s.vllm_up:
-            return
-        # the sidecar's own window over the long-prompt rate
-        long_rate = s.requests * (s.long_share * (1 - lognormal_cdf(self.LONG_PROMPT_TOKENS, s.long_tokens, 0.05))
-                                  + (1 - s.long_share) * (1 - lognormal_cdf(self.LONG_PROMPT_TOKENS, s.prompt_tokens, 0.6)))
-        pod._recent_long.append(long_rate)
-        keep = max(1, int(round(self.SIDECAR_WINDOW / dt)))
-        del pod._recent_long[:-keep]
-        book.set("vllm_sidecar_long_prompt_requests_per_second", lab, i, sum(pod._recent_long) / len(pod._recent_long))
-        level = 3 if s.preemptions > 0 else 2 if (s.waiting_capacity > 0 or s.rejections > 0) else 1 if s.kv_usage >= 0.9 else 0
-        book.set("vllm_sidecar_kv_cache_pressure_level", lab, i, float(level))
-        book.set("vllm_sidecar_kv_cache_usage_ratio", lab, i, s.kv_usage)
-        book.set("vllm_sidecar_requests_waiting_for_capacity", lab, i, s.waiting_capacity)
-        book.set("vllm_sidecar_generation_tokens_per_second", lab, i, s.requests * s.output_tokens)
-        book.set("vllm_sidecar_gpu_busy_low_throughput", lab, i, 1.0 if s.busy_low else 0.0)
-        book.set("vllm_sidecar_engine_stalled", lab, i, 1.0 if s.stalled else 0.0)
-        book.set("vllm_sidecar_gpu_mean_utilization_ratio", job, i, s.gpu_util)
+        book.put("vllm_sidecar_build_info", {**job, "version": "0.1.0"}, up, 1.0)
+        book.put("vllm_sidecar_process_start_time_seconds", job, up, book.t(pod.start) - 5.0)
+        book.put("vllm_sidecar_target_up", {**job, "target": "vllm"}, up, vup.astype(float))
+        # when vLLM was last read: known once it answered once
+        t = np.array([book.t(i) for i in range(n)])
+        last = np.where(vup & up, t, np.nan)
+        seen = np.maximum.accumulate(np.where(np.isnan(last), -np.inf, last))
+        book.put("vllm_sidecar_last_success_timestamp_seconds", {**job, "target": "vllm"}, up & np.isfinite(seen), seen)
+        on = up & vup
+        req, share = S["requests"], S["long_share"]
+        long_rate = req * (share * (1 - lognormal_cdf(self.LONG_PROMPT_TOKENS, S["long_tokens"], 0.05))
+                           + (1 - share) * (1 - lognormal_cdf(self.LONG_PROMPT_TOKENS, S["prompt_tokens"], 0.6)))
+        keep = max(1, int(round(self.SIDECAR_WINDOW / book.step)))
+        c = np.cumsum(np.where(on, long_rate, 0.0))
+        cnt = np.cumsum(on.astype(float))
+        c_prev = np.concatenate([np.zeros(keep), c[:-keep]])
+        n_prev = np.concatenate([np.zeros(keep), cnt[:-keep]])
+        windowed = (c - c_prev) / np.maximum(cnt - n_prev, 1)
+        book.put("vllm_sidecar_long_prompt_requests_per_second", lab, on, windowed)
+        level = np.where(S["preemptions"] > 0, 3, np.where((S["waiting_capacity"] > 0) | (S["rejections"] > 0), 2,
+                                                             np.where(S["kv_usage"] >= 0.9, 1, 0)))
+        book.put("vllm_sidecar_kv_cache_pressure_level", lab, on, level)
+        book.put("vllm_sidecar_kv_cache_usage_ratio", lab, on, S["kv_usage"])
+        book.put("vllm_sidecar_requests_waiting_for_capacity", lab, on, S["waiting_capacity"])
+        book.put("vllm_sidecar_generation_tokens_per_second", lab, on, req * S["output_tokens"])
+        book.put("vllm_sidecar_gpu_busy_low_throughput", lab, on, S["busy_low"])
+        book.put("vllm_sidecar_engine_stalled", lab, on, S["stalled"])
+        book.put("vllm_sidecar_gpu_mean_utilization_ratio", job, up, S["gpu_util"])
 
 
 def pod_name(deployment: str, revision: int, index: int) -> str:

@@ -1,9 +1,11 @@
-"""Running a scenario through Prometheus' own rule engine (``promtool test rules``) and judging
-what fired: the firing alerts at every evaluation, then per alert and replica the first firing
-after onset, the episodes and the minutes firing.
+"""Running a scenario through a rule engine and judging what fired: the firing alerts at every
+evaluation, then per alert and replica the first firing after onset, the episodes and the
+minutes firing.
 
-promtool is asked to expect no alert at every evaluation; the alerts it reports instead are the
-timeline (every label of every firing alert is read back from its report).
+Two engines give the same timeline: ``backtest_timeline`` (this project's backtest, proven equal
+to promtool's rule engine in tests/test_backtest_promtool.py; fast enough for a day of a fleet)
+and ``promtool_timeline`` (Prometheus' own: promtool is asked to expect no alert at every
+evaluation, and the alerts it reports instead are the timeline, every label read back).
 """
 
 from __future__ import annotations
@@ -73,6 +75,31 @@ def _seconds(text: str) -> float:
     for n, unit in re.findall(r"([0-9.]+)(h|m|s)", text):
         total += float(n) * {"h": 3600, "m": 60, "s": 1}[unit]
     return total
+
+
+def backtest_timeline(scenario: Scenario, rules_file: Path, from_step: int = 0) -> Timeline:
+    """Every alert firing at every evaluation from ``from_step`` on, per the backtest engine,
+    evaluating at the scenario's scrape step from its first sample (as promtool does)."""
+    import numpy as np
+
+    from ...analysis.rulefile import load_rule_file
+    from ...analysis.rules import run as run_rules
+    from ...analysis.series import Store
+    book = scenario.book
+    step_ms = int(book.step * 1000)
+    times = np.array([int(round(book.t(i) * 1000)) for i in range(book.n)], dtype=np.int64)
+    store = Store()
+    for (name, labels), row in book.series.items():
+        keep = ~np.isnan(row.v) | row.stale
+        store.add(tuple(sorted((("__name__", name),) + labels)), times[keep], row.v[keep], row.stale[keep])
+    run = run_rules(load_rule_file(str(rules_file)), store, times, step_ms)
+    tracks: List[AlertTrack] = []
+    for tr in run.alerts:
+        firing = [(int(times[i]) / 1000.0) - book.start for i in np.nonzero(tr.states.firing)[0] if i >= from_step]
+        if firing:
+            labels = {k: v for k, v in tr.labels if k != "alertname"}
+            tracks.append(AlertTrack(tr.alertname, labels, firing))
+    return Timeline(book.step, sorted(tracks, key=lambda t: (t.alert, sorted(t.labels.items()))))
 
 
 def promtool_timeline(scenario: Scenario, rules_file: Path, alerts: Sequence[str],

@@ -36,17 +36,14 @@ def alerts(c: Ctx) -> List[Alert]:
         # the window, with the cache full at least once in it: the steady signals, not the
         # saw-tooth of usage. Usage alone never fires: vLLM fills its cache by design.
         Alert("VLLMKVCacheExhausted",
-              f"max_over_time({c.rec('vllm_kv_cache_usage', 'max')}[{held}]) >= {kv['critical']}\n"
-              f"and on ({by})\n(\n"
-              f"  min_over_time({c.rec('vllm_requests_waiting_capacity', 'sum')}[{held}]) > 0\n"
-              f"  or min_over_time({c.rec('vllm_preemptions', 'rate', c.S2)}[{held}]) > 0\n"
-              f"  or min_over_time({c.rec('vllm_admission_rejections', 'rate')}[{held}]) > 0\n)",
+              f"avg_over_time({c.rec('vllm_requests_held_back', 'bool')}[{held}]) >= {kv['held_back_share']}\n"
+              f"and on ({by})\nmax_over_time({c.rec('vllm_kv_cache_usage', 'max')}[{held}]) >= {kv['critical']}",
               "critical",
               f"vLLM KV cache full with requests held back on {who} ({c.model})",
               f"The KV cache reached {kv['critical']:g} and requests have been held back for KV capacity "
-              f"(waiting, preempted or rejected) at every evaluation of the last {c.human(held)}. Usage alone "
-              f"is normal for vLLM; this is not: new requests queue and TTFT climbs. Look for long prompts and "
-              f"lower concurrency."),
+              f"(waiting, preempted or rejected) at {{{{ $value | humanizePercentage }}}} of the evaluations of the "
+              f"last {c.human(held)}. Usage alone is normal for vLLM; this is not: new requests queue and TTFT "
+              f"climbs. Look for long prompts and lower concurrency."),
         Alert("VLLMPreemptionsSustained",
               f"{c.rec('vllm_preemptions', 'rate', c.S2)} > 0",
               "warning",
