@@ -38,6 +38,7 @@ rules: $(VPY)
 
 bench: $(VPY)
 	$(VPY) bench/bench_parser.py
+	$(VPY) bench/bench_fetch.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
