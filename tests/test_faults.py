@@ -39,15 +39,20 @@ def sidecar(vllm):
         assert sc.stop() == 0
 
 
-def _state_lines(records):
-    return [r for r in records if r.get("target") == "vllm"]
+def _episode(records):
+    """The vllm state lines from the first going down to the next coming back, else None."""
+    lines = [r for r in records if r.get("target") == "vllm"]
+    first = next((i for i, r in enumerate(lines) if r["msg"].startswith("vllm unreachable")), None)
+    if first is None:
+        return None
+    last = next((i for i in range(first, len(lines)) if lines[i]["msg"] == "vllm reachable"), None)
+    return lines[first:last + 1] if last is not None else None
 
 
 @pytest.mark.parametrize("fault,reason", sorted(FAULTS.items()))
 def test_fault(vllm, sidecar, fault, reason):
     vllm.set_fault("ok")
     sidecar.healthy_again()
-    asked = len(vllm.requests)
     before = sidecar.errors(sidecar.metrics(), reason)
 
     since = time.time()  # the log is read by a thread: lines are told apart by their own time
@@ -63,19 +68,14 @@ def test_fault(vllm, sidecar, fault, reason):
 
     vllm.set_fault("ok")
     sidecar.healthy_again()
-    sidecar.wait_for(lambda: any(r["msg"] == "vllm reachable" for r in sidecar.records_since(since)),
-                     what="the reachable line")
-    records = sidecar.records_since(since)
-    lines = _state_lines(records)
-    # up to coming back (a later hiccup of this loaded machine is another test's business)
-    lines = lines[:next(i for i, r in enumerate(lines) if r["msg"] == "vllm reachable") + 1]
-    down = [r for r in lines if r["msg"].startswith("vllm unreachable")]
-    assert len(down) == 1, ([r["msg"] for r in lines], [r[2] for r in list(vllm.requests)[asked:]])
+    # from going down to coming back (a hiccup of this loaded machine around the switch, a
+    # missed deadline just before it or just after recovery, is another story's lines)
+    lines = sidecar.wait_for(lambda: _episode(sidecar.records_since(since)), what="down, then back up")
     # one line per change of state: a further line only when the reason changed
     reasons = [r.get("reason") for r in lines[:-1]]
     assert all(a != b for a, b in zip(reasons, reasons[1:])), reasons
     assert reason in reasons
-    assert not any("exc" in r for r in records), "a fault is not a crash: no traceback"
+    assert not any("exc" in r for r in sidecar.records_since(since)), "a fault is not a crash: no traceback"
     assert LEAK not in "\n".join(sidecar.lines)
 
 
@@ -109,3 +109,12 @@ def test_tls_handshake_that_never_comes_is_a_timeout(vllm):
     finally:
         assert sc.stop() == 0
         stall.stop()
+
+
+def test_reliability_doc_has_a_row_for_every_fault():
+    from conftest import ROOT
+
+    doc = (ROOT / "docs" / "reliability.md").read_text()
+    block = doc.split("## Reading vLLM, secrets, signals", 1)[1]
+    for name in list(FAULTS) + list(GOOD[1:]):
+        assert f"(`{name}`)" in block, name

@@ -356,32 +356,38 @@ class PageFetcher:
 
     def _idle_ok(self) -> bool:
         """A kept-alive connection is usable when nothing arrived on it while idle (neither the
-        server's close nor stray bytes)."""
-        sock = self._sock
-        if self._buf or (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+        server's close nor stray bytes; TLS records without data, e.g. session tickets, are fine)."""
+        if self._buf:
             return False
-        try:
-            readable, _, _ = select.select([sock], [], [], 0)
-        except (OSError, ValueError):
-            return False
-        return not readable
+        state = self._peek()
+        return state is False
 
     def _pending(self) -> Optional[bool]:
         """After an answer: None when the server closed, True when more bytes wait, else False."""
+        return self._peek()
+
+    def _peek(self) -> Optional[bool]:
+        """Without blocking: None when the connection is closed or broken, True when bytes wait
+        to be read, False when nothing does."""
         sock = self._sock
         try:
-            readable, _, _ = select.select([sock], [], [], 0)
-        except (OSError, ValueError):
-            return None
-        if not readable:
-            return False
-        if isinstance(sock, ssl.SSLSocket):
-            return None  # a close_notify or more data: either way the connection is not reused
-        try:
+            if isinstance(sock, ssl.SSLSocket):
+                if sock.pending():
+                    return True
+                if not _readable(sock):
+                    return False
+                sock.settimeout(0)
+                try:
+                    data = sock.recv(1)
+                except ssl.SSLWantReadError:  # a record without data (a TLS 1.3 session ticket)
+                    return False
+                return True if data else None
+            if not _readable(sock):
+                return False
             data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantWriteError):
             return False
-        except OSError:
+        except (OSError, ValueError):
             return None
         return True if data else None
 
@@ -538,7 +544,14 @@ class PageFetcher:
             sink.feed(data)
 
     def close(self) -> None:
-        self._drop()
+        """Close the connection; a read in flight on another thread fails at once (connection)."""
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
 
 
 class _Sink:
@@ -583,6 +596,13 @@ class _Sink:
         if len(self.parts) == 1:
             return bytes(self.parts[0]) if isinstance(self.parts[0], bytearray) else self.parts[0]
         return b"".join(self.parts)
+
+
+def _readable(sock) -> bool:
+    """Whether reading would not block (``poll``: no limit on the descriptor's number)."""
+    p = select.poll()
+    p.register(sock, select.POLLIN | select.POLLPRI)
+    return bool(p.poll(0))
 
 
 def _head_end(buf: bytearray, start: int) -> Tuple[int, int]:
