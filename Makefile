@@ -39,6 +39,7 @@ rules: $(VPY)
 
 bench: $(VPY)
 	$(VPY) bench/bench_parser.py
+	$(VPY) bench/bench_fetch.py
 
 detection: $(VPY)
 	$(VPY) -m exporter.harness.detection --out docs/detection.md

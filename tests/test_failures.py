@@ -1,5 +1,11 @@
-"""The sidecar against a real local HTTP server that misbehaves in every way vLLM can."""
+"""Reading vLLM: the HTTP client against a real misbehaving server (``hostile_server``), bearer
+tokens, TLS, the reasons, and a sidecar in a thread going down and back. The same faults against
+the real sidecar process: ``test_faults.py``."""
 
+import base64
+import shutil
+import ssl
+import subprocess
 import threading
 import time
 import urllib.request
@@ -12,7 +18,8 @@ from exporter.runtime.app import run_sidecar
 from exporter.runtime.parser import parse
 from exporter.harness.pageserver import PageServer
 from exporter.runtime.fetch import FetchError, PageFetcher as VllmClient
-from conftest import page
+from conftest import ROOT, page
+from hostile_server import FAULTS, LEAK, HostileServer
 
 BASE = page("after_load.txt")
 
@@ -81,38 +88,6 @@ def running():
     vllm.stop()
 
 
-MODES = [
-    ("status:503", "http_5xx"),
-    ("status:404", "http_4xx"),
-    ("html", "parse"),
-    ("garbage", "parse"),
-    ("huge:2000000", "too_large"),
-    ("gzipbomb:3000000", "too_large"),
-    ("slow:0.5", "timeout"),
-    ("dribble:0.05", "timeout"),
-    ("close", "connection"),
-]
-
-
-@pytest.mark.parametrize("mode,reason", MODES)
-def test_misbehaving_vllm_keeps_the_sidecar_serving(running, mode, reason):
-    vllm, url = running
-    before = val(scrape(url), "vllm_sidecar_poll_errors_total", target="vllm", reason=reason) or 0
-    vllm.mode = mode
-    m = wait_for(lambda: (lambda m: m if val(m, "vllm_sidecar_target_up", target="vllm") == 0 else None)(scrape(url)))
-    m = wait_for(lambda: (lambda m: m if (val(m, "vllm_sidecar_poll_errors_total", target="vllm", reason=reason) or 0) > before else None)(scrape(url)))
-    # derived series go stale (absent), never wrong
-    assert val(m, "vllm_sidecar_generation_tokens_per_second", model_name="tiny-llama") is None
-    assert val(m, "vllm_sidecar_kv_cache_usage_ratio", model_name="tiny-llama") is None
-    # probes do not depend on vLLM
-    assert get(url + "/healthz")[0] == 200
-    assert get(url + "/readyz")[0] == 200
-    vllm.mode = "ok"
-    m = wait_for(lambda: (lambda m: m if val(m, "vllm_sidecar_generation_tokens_per_second", model_name="tiny-llama") is not None else None)(scrape(url)))
-    assert val(m, "vllm_sidecar_target_up", target="vllm") == 1
-    assert val(m, "vllm_sidecar_generation_tokens_per_second", model_name="tiny-llama") > 0
-
-
 def test_refused_then_back(running):
     vllm, url = running
     vllm.stop()
@@ -136,53 +111,193 @@ def test_sidecar_output_has_no_colons_and_no_target_labels(running):
 
 @pytest.fixture
 def server():
-    s = PageServer(lambda: BASE).start()
+    s = HostileServer(lambda: BASE).start()
     yield s
     s.stop()
 
 
+def fetcher(server, **kw):
+    kw.setdefault("timeout", 2.0)
+    kw.setdefault("max_bytes", 8 << 20)
+    return VllmClient(server.url + "/metrics", kw.pop("timeout"), kw.pop("max_bytes"), **kw)
+
+
 def test_one_connection_is_reused(server):
-    c = VllmClient(server.url + "/metrics", 1.0, 8 << 20)
+    c = fetcher(server)
     for _ in range(5):
         assert "vllm:generation_tokens_total" in c.fetch()
-    assert server.connections == 1
+    assert c.connections == 1 and server.answered() == 5
 
 
-def test_gzip_is_accepted_and_decoded(server):
-    c = VllmClient(server.url + "/metrics", 1.0, 8 << 20)
-    text = c.fetch()
-    assert server.requests[-1][1].get("Accept-Encoding") == "gzip"
-    assert text == BASE
+def test_a_connection_the_server_closed_while_idle_is_replaced_silently(server):
+    c = fetcher(server)
+    c.fetch()
+    server.set_fault("ok")  # cuts the kept-alive connection, as a restarting server does
+    assert c.fetch() == BASE
+    assert c.connections == 2
+
+
+def test_gzip_is_asked_for_and_decoded_only_when_the_answer_says_so(server):
+    c = fetcher(server)
+    assert c.fetch() == BASE  # gzip, with Content-Encoding
+    assert server.requests[-1][1]["accept-encoding"] == "gzip"
     assert c.last_bytes == len(BASE.encode())
+    server.set_fault("plain_though_gzip_asked")
+    assert c.fetch() == BASE
+    server.set_fault("chunked_gzip_ok")
+    assert c.fetch() == BASE
 
 
-def test_bearer_token_is_sent_and_token_file_reread(server, tmp_path):
-    c = VllmClient(server.url + "/metrics", 1.0, 8 << 20, token="s3cret")
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_each_fault_is_one_fetch_error_with_its_reason(server, fault):
+    """Every fault ends the read with its reason: a deadline holds whatever the server does
+    (the reason, not the time taken, is asserted)."""
+    server.set_fault(fault)
+    c = fetcher(server, timeout=0.3, max_bytes=1 << 20)
+    if fault == "garbage_200":  # HTTP is fine; the sidecar's parser refuses the page
+        assert "not metrics" in c.fetch()
+        return
+    with pytest.raises(FetchError) as e:
+        c.fetch()
+    assert e.value.reason == FAULTS[fault], e.value.message
+    assert "\n" not in e.value.message and e.value.message.startswith(server.url)
+    if FAULTS[fault] != "parse":  # a page refused for its content came in a sound answer
+        assert c._sock is None, "a failed read leaves no connection to reuse"
+
+
+def test_a_redirect_is_not_followed_and_its_location_is_redacted(server):
+    server.set_fault("redirect_loop")
+    with pytest.raises(FetchError) as e:
+        fetcher(server).fetch()
+    assert e.value.reason == "http_other" and LEAK not in e.value.message and "token=<redacted>" in e.value.message
+    assert server.answered() == 1
+
+
+def test_bearer_token_is_sent_and_token_file_reread_when_it_changes(server, tmp_path):
+    c = fetcher(server, token="s3cret-token")
     c.fetch()
-    assert server.requests[-1][1]["Authorization"] == "Bearer s3cret"
+    assert server.requests[-1][1]["authorization"] == "Bearer s3cret-token"
     f = tmp_path / "token"
-    f.write_text("first\n")
-    c = VllmClient(server.url + "/metrics", 1.0, 8 << 20, token_file=str(f))
+    f.write_bytes(b"\xef\xbb\xbffirst-token\r\n")  # a BOM and a CRLF, as Windows editors write
+    c = fetcher(server, token_file=str(f))
     c.fetch()
-    assert server.requests[-1][1]["Authorization"] == "Bearer first"
-    f.write_text("rotated\n")
+    assert server.requests[-1][1]["authorization"] == "Bearer first-token"
+    f.write_text("rotated-token\n")
     c.fetch()
-    assert server.requests[-1][1]["Authorization"] == "Bearer rotated"
+    assert server.requests[-1][1]["authorization"] == "Bearer rotated-token"
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b"tok\xc3\xa9n-value\n", "not printable ASCII"),
+    (b"\xff\xfe\x00t\x00", "not printable ASCII"),
+    (b"FIRST-LINE\nSECOND-LINE-SECRET\n", "2 lines"),
+    (b"two words", "space or tab"),
+    (b"\n\n", "is empty"),
+    (b"x" * 9000, "longer than 8192"),
+])
+def test_a_bad_token_file_is_reason_token_and_nothing_is_sent(server, tmp_path, content, needle):
+    f = tmp_path / "token"
+    f.write_bytes(content)
+    c = fetcher(server, token_file=str(f))
+    with pytest.raises(FetchError) as e:
+        c.fetch()
+    assert e.value.reason == "token" and needle in e.value.message, e.value.message
+    assert "LINE" not in e.value.message and "\n" not in e.value.message
+    assert server.answered() == 0, "no request with a broken token"
+    f.write_text("good-token\n")
+    c.fetch()
+    assert server.requests[-1][1]["authorization"] == "Bearer good-token"
+
+
+def test_token_file_missing_or_not_a_file(server, tmp_path):
+    c = fetcher(server, token_file=str(tmp_path / "absent"))
+    with pytest.raises(FetchError) as e:
+        c.fetch()
+    assert e.value.reason == "token" and "cannot read" in e.value.message
+    c = fetcher(server, token_file=str(tmp_path))
+    with pytest.raises(FetchError) as e:
+        c.fetch()
+    assert e.value.reason == "token" and "not a regular file" in e.value.message
+
+
+def test_reload_token_says_what_it_did(server, tmp_path):
+    f = tmp_path / "token"
+    f.write_text("one-token\n")
+    c = fetcher(server, token_file=str(f))
+    assert c.reload_token() == (True, f"bearer token re-read from {f}")
+    f.write_text("bad token\n")
+    ok, msg = c.reload_token()
+    assert not ok and "space or tab" in msg and "bad" not in msg
+    assert fetcher(server).reload_token()[0]
+
+
+def test_url_user_and_password_become_basic_auth(server):
+    c = VllmClient(f"http://us%40er:p%3Ass@127.0.0.1:{server.port}/metrics", 2.0, 8 << 20)
+    c.fetch()
+    assert server.requests[-1][1]["authorization"] == "Basic " + base64.b64encode(b"us@er:p:ss").decode()
+    assert "p:ss" not in c.safe_url and "p%3Ass" not in c.safe_url
 
 
 def test_unauthorized_has_its_own_reason(server):
-    server.mode = "status:401"
+    server.require_auth = "Bearer right-token"
     with pytest.raises(FetchError) as e:
-        VllmClient(server.url + "/metrics", 1.0, 8 << 20).fetch()
+        fetcher(server, token="wrong-token").fetch()
     assert e.value.reason == "unauthorized"
+    assert fetcher(server, token="right-token").fetch() == BASE
 
 
 def test_size_cap_is_enforced_while_reading(server):
-    server.mode = "huge:300000"
-    c = VllmClient(server.url + "/metrics", 1.0, 100_000)
     with pytest.raises(FetchError) as e:
-        c.fetch()
+        fetcher(server, max_bytes=10_000).fetch()  # gzip: the cap applies after decompression
     assert e.value.reason == "too_large"
+    server.set_fault("chunked_ok")
+    with pytest.raises(FetchError) as e:
+        fetcher(server, max_bytes=10_000).fetch()
+    assert e.value.reason == "too_large"
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory):
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is needed to make a test certificate")
+    d = tmp_path_factory.mktemp("tls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem"), "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return d / "cert.pem", d / "key.pem"
+
+
+def test_https_with_a_ca_file_and_a_wrong_ca_is_reason_tls(tls_files):
+    cert, key = tls_files
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+    s = HostileServer(lambda: BASE, tls=ctx).start()
+    try:
+        c = VllmClient(s.url + "/metrics", 2.0, 8 << 20, ca_file=str(cert))
+        assert c.fetch() == BASE and c.fetch() == BASE and c.connections == 1
+        with pytest.raises(FetchError) as e:
+            VllmClient(s.url + "/metrics", 2.0, 8 << 20).fetch()  # the system's CAs do not know it
+        assert e.value.reason == "tls" and "certificate" in e.value.message
+    finally:
+        s.stop()
+
+
+def test_tls_handshake_stall_is_a_timeout():
+    s = HostileServer(lambda: BASE).start()
+    s.set_fault("never_answers")
+    try:
+        with pytest.raises(FetchError) as e:
+            VllmClient(f"https://127.0.0.1:{s.port}/metrics", 0.3, 8 << 20).fetch()
+        assert e.value.reason == "timeout" and "TLS handshake" in e.value.message
+    finally:
+        s.stop()
+
+
+def test_a_name_that_does_not_resolve_is_reason_connection():
+    with pytest.raises(FetchError) as e:
+        VllmClient("http://no-such-host.invalid:8000/metrics", 2.0, 8 << 20).fetch()
+    assert e.value.reason in ("connection", "timeout")
 
 
 def test_every_fetch_failure_reason_is_known_and_starts_at_zero(clock):
@@ -207,3 +322,11 @@ def test_every_fetch_failure_reason_is_known_and_starts_at_zero(clock):
     errs = {s.labels["reason"]: s.value for f in build_families(sc.published) if f.name == "vllm_sidecar_poll_errors"
             for s in f.samples if s.labels["target"] == "vllm"}
     assert set(fetch.REASONS) <= set(errs) and not any(errs.values())
+
+
+def test_readme_lists_every_reason():
+    from exporter.runtime import fetch
+
+    readme = (ROOT / "README.md").read_text()
+    for reason in fetch.REASONS:
+        assert f"`{reason}`" in readme, reason

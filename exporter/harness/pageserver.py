@@ -1,19 +1,13 @@
-"""A small HTTP server that serves a metrics page from a callable: the demo's simulated vLLM,
-and the scripted vLLM stand-in of the tests, which can also be told to misbehave.
+"""A small, well-behaved HTTP server that serves a metrics page from a callable: the demo's
+simulated vLLM and the scripted vLLM stand-in of the tests.
 
-``mode`` (settable at any time):
+``mode`` (settable at any time): ``ok``, 200 with the page (gzip when the client accepts it and
+``gzip`` is on); or ``status:N``, a plain HTTP N answer (vLLM failing the ordinary way). When the
+page callable raises ``ConnectionError`` (a simulated vLLM that is down) the connection is
+dropped unanswered; a closed port (connection refused) is had by stopping the server.
 
-- ``ok``: 200 with the page (gzip when the client accepts it and ``gzip`` is on);
-- ``status:N``: answer HTTP N;
-- ``slow:S``: wait S seconds before answering;
-- ``dribble:S``: send the headers at once, then the body a few bytes every S seconds;
-- ``html``: a 200 HTML login page;
-- ``garbage``: 200 with bytes that are not exposition text;
-- ``huge:N``: 200 with an N-byte page (valid lines, repeated);
-- ``gzipbomb:N``: 200, gzip-encoded, N bytes once decompressed;
-- ``close``: accept and close the connection without answering.
-
-A closed port (connection refused) is had by stopping the server.
+Servers that misbehave at the HTTP level (dribbling, lying about lengths, bombs, resets) are the
+fault suite's business: ``tests/hostile_server.py``, never shipped.
 """
 
 from __future__ import annotations
@@ -21,9 +15,9 @@ from __future__ import annotations
 import gzip
 import socket
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, List, Optional
+from collections import deque
+from typing import Callable, Deque, Optional
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -66,9 +60,6 @@ class _Handler(BaseHTTPRequestHandler):
         if path != app.path:
             self._send(404, b"not found\n", "text/plain")
             return
-        if mode.startswith("slow:"):
-            time.sleep(float(mode.split(":", 1)[1]))
-            mode = "ok"
         if mode == "ok":
             try:
                 body = app.page().encode()
@@ -79,41 +70,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, gzip.compress(body), app.content_type, "gzip")
             else:
                 self._send(200, body, app.content_type)
-        elif mode.startswith("status:"):
-            self._send(int(mode.split(":", 1)[1]), b"upstream error\n", "text/plain")
-        elif mode == "html":
-            self._send(200, b"<!DOCTYPE html><html><body><form>Sign in</form></body></html>\n",
-                       "text/html; charset=utf-8")
-        elif mode == "garbage":
-            self._send(200, bytes(range(32, 127)) * 40 + b"\n{{{ not metrics }}}\n", "text/plain")
-        elif mode.startswith("huge:"):
-            n = int(mode.split(":", 1)[1])
-            line = b'vllm:num_requests_running{engine="0",model_name="m"} 1.0\n'
-            self._send(200, (line * (n // len(line) + 1))[:n], app.content_type)
-        elif mode.startswith("gzipbomb:"):
-            n = int(mode.split(":", 1)[1])
-            self._send(200, gzip.compress(b"#" * n), app.content_type, "gzip")
-        elif mode.startswith("dribble:"):
-            pause = float(mode.split(":", 1)[1])
-            body = app.page().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", app.content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            try:
-                for i in range(0, len(body), 64):
-                    self.wfile.write(body[i:i + 64])
-                    self.wfile.flush()
-                    time.sleep(pause)
-                    if app.stopping.is_set():
-                        return
-            except OSError:
-                return
-        elif mode == "close":
-            self.close_connection = True
-            return
         else:
-            self._send(500, f"unknown mode {mode}\n".encode(), "text/plain")
+            self._send(int(mode.split(":", 1)[1]), b"upstream error\n", "text/plain")
 
 
 class PageServer:
@@ -122,16 +80,27 @@ class PageServer:
         self.page = page
         self.path = path
         self.gzip = gzip_ok
-        self.mode = "ok"
+        self._mode = "ok"
         self.content_type = "text/plain; version=0.0.4; charset=utf-8"
         self.lock = threading.Lock()
         self.connections = 0
-        self.requests: List[tuple] = []
+        self.requests: Deque[tuple] = deque(maxlen=1000)  # the latest requests (path, headers)
         self.stopping = threading.Event()
         self.open_sockets: set = set()
         self.host, self.port = host, port
         self.httpd: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @mode.setter
+    def mode(self, value: str) -> None:
+        kind, _, code = value.partition(":")
+        if value != "ok" and not (kind == "status" and code.isdigit() and 200 <= int(code) <= 599):
+            raise ValueError(f"mode {value!r}: ok or status:N (misbehaving servers live in tests/hostile_server.py)")
+        self._mode = value
 
     def start(self) -> "PageServer":
         self.stopping.clear()

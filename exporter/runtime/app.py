@@ -1,20 +1,34 @@
 """Wiring one sidecar together: the sources its configuration asks for, the poll loop, the
-server, and the signals that stop it. ``run_sidecar`` is what ``vllm-sidecar-exporter`` runs;
-the demo and the tests run the same function in a thread."""
+server, and the signals. ``run_sidecar`` is what ``vllm-sidecar-exporter`` runs; the demo and
+the tests run the same function in a thread (then no signal is handled: the caller stops it).
+
+Signals, as a daemon handles them (each logged in one line naming it; nothing dies silently):
+
+- SIGTERM, SIGINT, SIGQUIT: stop cleanly (the server closes, the poll loop ends), exit 0;
+- SIGHUP: re-read the bearer token file now (it is also re-read whenever it changes); the
+  rest of the configuration is not reloaded: restart to change it;
+- SIGUSR1, SIGUSR2, SIGPIPE: ignored. SIGPIPE comes from a write to a connection the peer
+  closed, which fails with EPIPE and is handled where it happens. Each logged once, then at
+  most once a minute with how many came in between.
+
+A handler only queues the signal; the main thread logs and acts on it.
+"""
 
 from __future__ import annotations
 
 import logging
+import queue
 import signal
 import sys
 import threading
-from typing import Mapping, Optional
+import time
+from typing import Dict, Mapping, Optional
 
 from .. import __version__
 from ..errors import ConfigError
 from .config import Config
 from .fetch import PageFetcher
-from .logs import setup
+from .logs import add_secret, setup
 from .server import SidecarServer
 from .sidecar import Sidecar
 
@@ -53,12 +67,71 @@ def make_gpu_source(cfg: Config, env: Mapping[str, str], nvml=None):
     return src
 
 
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGQUIT")
+RELOAD_SIGNALS = ("SIGHUP",)
+IGNORED_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGPIPE")
+IGNORED_LOG_EVERY = 60.0  # seconds between two lines about the same ignored signal
+
+
+def _token_on_command_line(argv) -> bool:
+    return any(a == "--vllm-bearer-token" or a.startswith("--vllm-bearer-token=") for a in argv)
+
+
+class _Signals:
+    """Queues the signals the process handles; the main thread takes them from the queue."""
+
+    def __init__(self) -> None:
+        self.queue: "queue.SimpleQueue[int]" = queue.SimpleQueue()
+        self._previous: Dict[int, object] = {}
+        self._ignored_last: Dict[str, float] = {}
+        self._ignored_since: Dict[str, int] = {}
+
+    def install(self) -> None:
+        for name in STOP_SIGNALS + RELOAD_SIGNALS + IGNORED_SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                self._previous[sig] = signal.signal(sig, self._handler)
+
+    def _handler(self, signum, _frame) -> None:
+        self.queue.put(signum)  # SimpleQueue.put is safe in a signal handler
+
+    def restore(self) -> None:
+        for sig, old in self._previous.items():
+            signal.signal(sig, old)
+
+    def ignored(self, log: logging.Logger, name: str) -> None:
+        now = time.monotonic()
+        last = self._ignored_last.get(name)
+        if last is not None and now - last < IGNORED_LOG_EVERY:
+            self._ignored_since[name] = self._ignored_since.get(name, 0) + 1
+            return
+        more = self._ignored_since.pop(name, 0)
+        self._ignored_last[name] = now
+        why = ("a write to a connection the peer closed; the write fails and is handled there"
+               if name == "SIGPIPE" else "SIGHUP re-reads the token file; SIGTERM, SIGINT, SIGQUIT stop")
+        log.info("%s received: ignored (%s)%s", name, why,
+                 f"; {more} more since the last line" if more else "", extra={"fields": {"signal": name}})
+
+
 def run_sidecar(cfg: Config, env: Mapping[str, str], stop: Optional[threading.Event] = None,
                 nvml=None, on_ready=None) -> int:
     log = setup(cfg.log_format, cfg.log_level)
+    add_secret(cfg.vllm_bearer_token)
+    in_main = threading.current_thread() is threading.main_thread()
+    if cfg.vllm_bearer_token and in_main and _token_on_command_line(sys.argv):
+        log.warning("the bearer token was given on the command line, where every process on the host "
+                    "can read it (/proc/PID/cmdline, ps); prefer VLLM_SIDECAR_VLLM_BEARER_TOKEN_FILE or "
+                    "VLLM_SIDECAR_VLLM_BEARER_TOKEN")
+    if cfg.metrics_url_note:
+        log.info(cfg.metrics_url_note)
+    try:
+        client = PageFetcher(cfg.metrics_url, cfg.vllm_timeout, cfg.vllm_max_page_bytes,
+                             cfg.vllm_bearer_token, cfg.vllm_bearer_token_file, ca_file=cfg.vllm_ca_file)
+    except (OSError, ValueError) as exc:  # an unreadable CA file
+        sys.stderr.write(f"{PROG}: error: vllm_ca_file: cannot load {cfg.vllm_ca_file}: "
+                         f"{getattr(exc, 'strerror', None) or exc}\n")
+        return 2
     gpu = make_gpu_source(cfg, env, nvml)
-    client = PageFetcher(cfg.metrics_url, cfg.vllm_timeout, cfg.vllm_max_page_bytes,
-                         cfg.vllm_bearer_token, cfg.vllm_bearer_token_file)
     sidecar = Sidecar(cfg, client.fetch, gpu, page_bytes=lambda: client.last_bytes)
     host, port = cfg.listen_host_port
     try:
@@ -67,21 +140,38 @@ def run_sidecar(cfg: Config, env: Mapping[str, str], stop: Optional[threading.Ev
         sys.stderr.write(f"{PROG}: error: listen: cannot serve on {cfg.listen}: {exc.strerror or exc}\n")
         return 2
     stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-    server.start()
-    poller = threading.Thread(target=sidecar.run, args=(stop,), name="poll", daemon=True)
-    poller.start()
-    h, p = server.address
-    log.info("serving on http://%s:%d/metrics, reading %s every %gs (window %gs, gpu %s)", h, p,
-             client.safe_url, cfg.poll_interval, cfg.window, "on" if gpu else "off",
-             extra={"fields": {"version": __version__}})
-    if on_ready:
-        on_ready(server, sidecar)
-    while not stop.wait(0.2):
-        pass
-    log.info("stopping")
+    signals = _Signals()
+    if in_main:
+        signals.install()
+    try:
+        server.start()
+        poller = threading.Thread(target=sidecar.run, args=(stop,), name="poll", daemon=True)
+        poller.start()
+        h, p = server.address
+        log.info("serving on http://%s:%d/metrics, reading %s every %gs (window %gs, gpu %s)", h, p,
+                 client.safe_url, cfg.poll_interval, cfg.window, "on" if gpu else "off",
+                 extra={"fields": {"version": __version__}})
+        if on_ready:
+            on_ready(server, sidecar)
+        why = ""
+        while not stop.is_set():
+            try:
+                signum = signals.queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            name = signal.Signals(signum).name
+            if name in STOP_SIGNALS:
+                why = f" on {name}"
+                stop.set()
+            elif name in RELOAD_SIGNALS:
+                ok, what = client.reload_token()
+                log.log(logging.INFO if ok else logging.WARNING, "%s: %s", name, what,
+                        extra={"fields": {"signal": name}})
+            else:
+                signals.ignored(log, name)
+        log.info("stopping%s", why)
+    finally:
+        signals.restore()
     server.stop()
     poller.join(timeout=0.5)  # a read in flight is abandoned: the thread is a daemon
     client.close()

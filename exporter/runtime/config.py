@@ -16,6 +16,7 @@ the command line turns it into exit status 2.
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, fields as dc_fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -46,7 +47,9 @@ class Field:
 
 FIELDS: Tuple[Field, ...] = (
     Field("vllm_url", "str", "http://127.0.0.1:8000",
-          "vLLM base URL; `/metrics` is appended when the URL has no path"),
+          "vLLM base URL; `/metrics` is appended when the URL has no path, and an OpenAI base URL "
+          "ending in `/v1` is read at `/metrics` instead (vLLM serves its metrics at the root); "
+          "query values and passwords in it are never logged"),
     Field("listen", "str", "0.0.0.0:9181", "where the sidecar serves /metrics, /healthz, /readyz"),
     Field("poll_interval", "float", 2.0, "seconds between reads of vLLM and the GPUs", lo=0.05, hi=300),
     Field("window", "float", None, "sliding window of every derived rate, ratio and quantile (s)",
@@ -63,10 +66,14 @@ FIELDS: Tuple[Field, ...] = (
           "interval, at most 10 s; must be shorter than the poll interval", lo=0, hi=300),
     Field("vllm_max_page_bytes", "int", 8 * 1024 * 1024,
           "largest vLLM page accepted (bytes, after decompression)", lo=1024, hi=1 << 31),
-    Field("vllm_bearer_token", "str", "", "bearer token for a protected /metrics (never logged)",
-          secret=True),
-    Field("vllm_bearer_token_file", "str", "", "file holding the bearer token, re-read on each "
-          "poll (for mounted Kubernetes secrets)"),
+    Field("vllm_bearer_token", "str", "", "bearer token for a protected /metrics (never logged). "
+          "A flag's value is visible to every process on the host (/proc/PID/cmdline, ps): prefer "
+          "the environment variable or `--vllm-bearer-token-file`", secret=True),
+    Field("vllm_bearer_token_file", "str", "", "file holding the bearer token: one line of printable "
+          "ASCII, at most 8 KiB (a UTF-8 BOM and surrounding whitespace are stripped); re-read when it "
+          "changes (a rotated Kubernetes secret) and on SIGHUP"),
+    Field("vllm_ca_file", "str", "", "PEM file of the CA certificates that verify an https vLLM URL; "
+          "empty: the system's"),
     Field("log_format", "choice", "text", "log line format", choices=("text", "json")),
     Field("log_level", "choice", "info", "lowest level logged",
           choices=("debug", "info", "warning", "error")),
@@ -120,6 +127,7 @@ class Config:
     vllm_max_page_bytes: int
     vllm_bearer_token: str
     vllm_bearer_token_file: str
+    vllm_ca_file: str
     log_format: str
     log_level: str
     slo: str
@@ -138,6 +146,11 @@ class Config:
     @property
     def metrics_url(self) -> str:
         return metrics_url(self.vllm_url)
+
+    @property
+    def metrics_url_note(self) -> str:
+        """One line to log when the URL given is not the URL read (an OpenAI ``/v1`` base)."""
+        return metrics_url_note(self.vllm_url)
 
     @property
     def listen_host_port(self) -> Tuple[str, int]:
@@ -169,20 +182,83 @@ def flag_name(key: str) -> str:
 
 
 def metrics_url(url: str) -> str:
+    """The URL read: ``/metrics`` when the URL has no path; a path ending in ``/v1`` (the OpenAI
+    base URL users copy from their clients) has that segment replaced by ``/metrics``, because
+    vLLM serves its metrics at the root, never under ``/v1``."""
     parts = urlsplit(url)
-    if parts.path in ("", "/"):
+    path = parts.path
+    if path in ("", "/"):
         parts = parts._replace(path="/metrics")
+    elif path.rstrip("/").endswith("/v1"):
+        parts = parts._replace(path=path.rstrip("/")[:-3] + "/metrics")
     return urlunsplit(parts)
+
+
+def metrics_url_note(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.path not in ("", "/") and parts.path.rstrip("/").endswith("/v1"):
+        return (f"vllm_url {redact_url(url)} is an OpenAI API base URL; vLLM serves its metrics at "
+                f"the root, so {redact_url(metrics_url(url))} is read")
+    return ""
 
 
 def redact_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password or parts.username:
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
+    """The URL without secrets: user and password replaced, every query value replaced (a query
+    in a metrics URL is how proxies take tokens: ``?token=``, ``?api_key=``, signatures), and the
+    fragment dropped."""
+    try:
+        parts = urlsplit(url)
+        hostname, port = parts.hostname, parts.port
+    except ValueError:  # not a URL we can take apart: nothing of it is safe to show
+        return "<unparsable URL>"
+    if parts.password or parts.username or "@" in parts.netloc:
+        host = hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        if port:
+            host += f":{port}"
         parts = parts._replace(netloc="<redacted>@" + host)
-    return urlunsplit(parts)
+    if parts.query:
+        parts = parts._replace(query=_redact_query(parts.query))
+    return urlunsplit(parts._replace(fragment=""))
+
+
+def _redact_query(query: str) -> str:
+    out = []
+    for item in re.split(r"([&;])", query):
+        if item in ("&", ";", ""):
+            out.append(item)
+        elif "=" in item:
+            out.append(item.split("=", 1)[0] + "=<redacted>")
+        else:  # a bare value (?SECRET): it may be the secret itself
+            out.append("<redacted>")
+    return "".join(out)
+
+
+# -- bearer tokens -----------------------------------------------------------------------------
+TOKEN_MAX_BYTES = 8192
+_BOM = b"\xef\xbb\xbf"
+
+
+def parse_token(raw: bytes) -> str:
+    """A bearer token from the bytes of a file or a setting: a UTF-8 BOM and surrounding
+    whitespace stripped; then one line of printable ASCII without spaces, at most
+    ``TOKEN_MAX_BYTES``. Raises ``ValueError`` whose text never contains any of the token."""
+    if raw.startswith(_BOM):
+        raw = raw[len(_BOM):]
+    raw = raw.strip(b" \t\r\n\f\v")
+    if not raw:
+        raise ValueError("is empty")
+    if len(raw) > TOKEN_MAX_BYTES:
+        raise ValueError(f"is longer than {TOKEN_MAX_BYTES} bytes")
+    lines = len(raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"))
+    if lines > 1:
+        raise ValueError(f"holds {lines} lines; it must hold the token alone, on one line")
+    for i, b in enumerate(raw):
+        if not 0x21 <= b <= 0x7E:
+            what = "a space or tab" if b in (0x20, 0x09) else "a byte that is not printable ASCII"
+            raise ValueError(f"holds {what} at byte {i + 1}")
+    return raw.decode("ascii")
 
 
 def split_listen(value: str) -> Tuple[str, int]:
@@ -292,9 +368,17 @@ def build(flags: Mapping[str, Any], env: Mapping[str, str], config_file: Optiona
 
 def _cross_checks(cfg: Config, raw: Mapping[str, Tuple[Any, str]]) -> Config:
     split_listen(cfg.listen)
-    parts = urlsplit(cfg.vllm_url)
+    url = cfg.vllm_url
+    if any(ord(c) <= 0x20 or ord(c) >= 0x7F for c in url):
+        raise ConfigError("vllm_url: holds a space, a control character or a non-ASCII character "
+                          "(percent-encode it)")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ConfigError(f"vllm_url: {redact_url(url)!r} is not an http(s) URL with a host") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"vllm_url: {redact_url(cfg.vllm_url)!r} is not an http(s) URL with a host")
+        raise ConfigError(f"vllm_url: {redact_url(url)!r} is not an http(s) URL with a host")
     if cfg.window < 2 * cfg.poll_interval:
         raise ConfigError(
             f"window: {cfg.window:g} s must be at least two poll intervals ({2 * cfg.poll_interval:g} s)")
@@ -313,7 +397,16 @@ def _cross_checks(cfg: Config, raw: Mapping[str, Tuple[Any, str]]) -> Config:
             raise ConfigError(f"dcgm_url: {cfg.dcgm_url!r} is not an http(s) URL with a host")
     if cfg.vllm_bearer_token and cfg.vllm_bearer_token_file:
         raise ConfigError("vllm_bearer_token_file: give either a token or a token file, not both")
-    return Config(**{**{f.name: getattr(cfg, f.name) for f in dc_fields(cfg)}, "vllm_timeout": timeout})
+    token = cfg.vllm_bearer_token
+    if token:
+        try:
+            token = parse_token(token.encode("utf-8", "surrogateescape"))
+        except ValueError as exc:
+            raise ConfigError(f"vllm_bearer_token (from {raw['vllm_bearer_token'][1]}): {exc}") from None
+    if cfg.vllm_ca_file and not os.path.isfile(cfg.vllm_ca_file):
+        raise ConfigError(f"vllm_ca_file: {cfg.vllm_ca_file} is not a readable file")
+    return Config(**{**{f.name: getattr(cfg, f.name) for f in dc_fields(cfg)}, "vllm_timeout": timeout,
+                     "vllm_bearer_token": token})
 
 
 def defaults() -> Config:

@@ -1,31 +1,70 @@
 """Fetching a metrics page over HTTP: vLLM's ``/metrics``, and dcgm-exporter's for the dcgm source.
 
-One ``requests.Session`` (so one kept-alive connection) per sidecar; a total deadline per read
-that is shorter than the poll interval; a cap on the page size enforced while the body is read
-(after gzip decompression, so a compressed bomb is stopped too); an optional bearer token, read
-from a file on every poll when given as a file so a rotated Kubernetes secret is picked up.
+A small HTTP/1.1 client on one socket, written for a peer that may be broken or hostile:
 
-Every failure becomes ``FetchError`` with a short ``reason`` (the label value of
-``vllm_sidecar_poll_errors_total``) and a one-line message without secrets.
+- **One deadline per read, for everything.** ``fetch`` takes ``deadline = now + timeout`` and
+  every blocking step gets the time left and nothing more: the name lookup (in a helper thread,
+  waited for with the time left), each connect, the TLS handshake (CPython bounds a handshake
+  by the socket timeout as a whole), the send, and **every** ``recv`` of the status line, the
+  headers and the body (socket timeout = time left, set before each one). A server that accepts
+  slowly, dribbles its headers or body a byte at a time, streams forever or never answers costs
+  at most ``timeout`` seconds, and the poll fails with ``timeout``.
+- **Bounded everything else.** Header block at most 64 KiB and 100 lines; at most 8 interim
+  (1xx) answers, skipped; chunk-size lines at most 4 KiB; the page at most ``max_bytes`` raw
+  *and* after gzip decompression, enforced while reading (a ``Content-Length`` over the cap
+  fails before a byte of body is read; a gzip bomb stops at ``max_bytes + 1`` decompressed).
+- **Strict framing.** ``Content-Length`` (one value), ``chunked`` or read-to-close; a body shorter
+  than its ``Content-Length`` is ``connection``, a longer one (bytes after the answer), both
+  framings at once, a bad chunk, a truncated or corrupt gzip stream, an unknown encoding, a
+  status line that is not HTTP/1.x, a folded or malformed header: ``protocol``. Redirects are
+  not followed (``http_other``, the redacted ``Location`` in the message): a sidecar reads one
+  known address, and a redirect is usually a login page.
+- **One kept-alive connection**, reused while the server keeps it and the last answer was read
+  cleanly; dropped on any error. A kept-alive connection the server closed while idle is
+  noticed before the request (or on an empty answer) and replaced once, within the deadline.
+- **gzip**: asked for (``Accept-Encoding: gzip``) and decompressed only when the answer says
+  ``Content-Encoding: gzip``; any other encoding is refused.
+- **Credentials**: a bearer token (a setting, or a file re-read when it changes and on
+  ``reload_token``, i.e. SIGHUP), validated by ``config.parse_token``: a bad file is the reason
+  ``token`` and no request is sent; or the URL's user and password as Basic auth. Every token
+  read is handed to ``logs.add_secret`` so that no log line can show it.
+
+Every failure is ``FetchError`` with a short ``reason`` (the label value of
+``vllm_sidecar_poll_errors_total``) and a one-line message built from the redacted URL, never
+from a secret or from bytes the server sent (except the status code and a redacted Location).
 """
 
 from __future__ import annotations
 
+import base64
+import ipaddress
+import os
+import select
+import socket
+import ssl
+import stat
+import threading
 import time
-from typing import Callable
+import zlib
+from typing import Callable, List, Optional, Tuple
+from urllib.parse import unquote, urlsplit
 
-import requests
-from requests.adapters import HTTPAdapter
-
-from .config import redact_url
+from .. import __version__
+from .config import TOKEN_MAX_BYTES, parse_token, redact_url
+from .logs import add_secret
 
 CHUNK = 64 * 1024
+MAX_HEADER_BYTES = 64 * 1024
+MAX_HEADER_LINES = 100
+MAX_INTERIM = 8
+MAX_LINE = 4096
+DNS_CACHE_SECONDS = 30.0
 
 # Every reason a fetch can fail with (``vllm_sidecar_poll_errors_total{reason}``); the sidecar
 # starts each at 0 so that ``increase()`` sees the first failure. A test checks that every
-# ``FetchError`` raised in this module uses one of these.
+# ``FetchError`` raised in this module uses one of these, and that the README lists them.
 REASONS = ("refused", "timeout", "connection", "http_5xx", "http_4xx", "http_other", "unauthorized",
-           "parse", "too_large", "token")
+           "parse", "too_large", "token", "protocol", "tls")
 
 
 class FetchError(Exception):
@@ -33,6 +72,30 @@ class FetchError(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
+
+
+class _Eof(Exception):
+    """The server closed the connection; ``str()`` says where."""
+
+
+class _Lookup:
+    """One name lookup in a daemon thread, so that a stuck resolver costs a poll its deadline,
+    not the loop: the poll waits for it with the time left; a lookup still running is waited
+    for again by the next poll instead of starting another."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.done = threading.Event()
+        self.result: List[tuple] = []
+        self.error: Optional[OSError] = None
+        threading.Thread(target=self._run, args=(host, port), name="dns", daemon=True).start()
+
+    def _run(self, host: str, port: int) -> None:
+        try:
+            self.result = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            self.error = exc
+        finally:
+            self.done.set()
 
 
 class PageFetcher:
@@ -44,124 +107,557 @@ class PageFetcher:
         token: str = "",
         token_file: str = "",
         monotonic: Callable[[], float] = time.monotonic,
+        ca_file: str = "",
     ) -> None:
         self.url = url
         self.safe_url = redact_url(url)
         self.timeout = timeout
         self.max_bytes = max_bytes
-        self._token = token
-        self._token_file = token_file
         self._monotonic = monotonic
-        self.session = requests.Session()
-        self.session.trust_env = False  # a sidecar talks to localhost: no proxy from the env
-        self.session.mount("http://", HTTPAdapter(pool_connections=1, pool_maxsize=1, max_retries=0))
-        self.session.mount("https://", HTTPAdapter(pool_connections=1, pool_maxsize=1, max_retries=0))
         self.last_bytes = 0
-
-    def _headers(self) -> dict:
-        h = {
-            # vLLM serves text either way; asking for text keeps other servers honest too
-            "Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
-            "Accept-Encoding": "gzip",
-            "User-Agent": "vllm-sidecar-exporter",
-        }
-        token = self._token
-        if self._token_file:
-            try:
-                with open(self._token_file, encoding="utf-8") as fh:
-                    token = fh.read().strip()
-            except OSError as exc:
-                raise FetchError("token", f"cannot read the bearer token file: {exc.strerror}") from None
+        parts = urlsplit(url)
+        self._tls = parts.scheme == "https"
+        self.host = parts.hostname or ""
+        self.port = parts.port or (443 if self._tls else 80)
+        host_header = f"[{self.host}]" if ":" in self.host else self.host
+        if parts.port:
+            host_header += f":{parts.port}"
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self._head = (f"GET {target} HTTP/1.1\r\nHost: {host_header}\r\n"
+                      f"User-Agent: vllm-sidecar-exporter/{__version__}\r\n"
+                      # vLLM serves text either way; asking for text keeps other servers honest too
+                      "Accept: text/plain;version=0.0.4;q=1,*/*;q=0.1\r\n"
+                      "Accept-Encoding: gzip\r\n").encode("ascii")
+        self._basic = b""
+        if parts.username is not None or parts.password is not None:
+            user, pw = unquote(parts.username or ""), unquote(parts.password or "")
+            add_secret(pw)
+            self._basic = b"Authorization: Basic " + base64.b64encode(f"{user}:{pw}".encode()) + b"\r\n"
+        self._token_file = token_file
+        self._token_lock = threading.Lock()
+        self._file_sig: Optional[tuple] = None
+        self._file_error = ""
+        self._auth = b""
         if token:
-            h["Authorization"] = "Bearer " + token
-        return h
+            self._set_token(parse_token(token.encode("utf-8", "surrogateescape")))
+        try:
+            ip = ipaddress.ip_address(self.host)
+            family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+            self._static_addrs: Optional[List[tuple]] = [(family, socket.SOCK_STREAM, 0, "", (self.host, self.port))]
+        except ValueError:
+            self._static_addrs = None
+        self._addrs: List[tuple] = []
+        self._addrs_until = 0.0
+        self._lookup: Optional[_Lookup] = None
+        self._ctx: Optional[ssl.SSLContext] = None
+        if self._tls:
+            self._ctx = ssl.create_default_context(cafile=ca_file or None)
+            self._ctx.set_alpn_protocols(["http/1.1"])
+        self._sock: Optional[socket.socket] = None
+        self._buf = bytearray()
+        self._phase = ""
+        self._ctype = ""
+        self.connections = 0  # connections opened, for tests and the benchmark
 
-    def fetch(self) -> str:
-        """Return the page text, or raise FetchError."""
-        start = self._monotonic()
-        deadline = start + self.timeout
-        try:
-            resp = self.session.get(
-                self.url, headers=self._headers(), timeout=(self.timeout, self.timeout), stream=True
-            )
-        except requests.exceptions.Timeout:
-            raise FetchError("timeout", f"{self.safe_url}: no answer within {self.timeout:g} s") from None
-        except requests.exceptions.ConnectionError as exc:
-            text = str(exc)
-            if "refused" in text.lower():
-                raise FetchError("refused", f"{self.safe_url}: connection refused") from None
-            raise FetchError("connection", f"{self.safe_url}: connection failed ({_short(exc)})") from None
-        except requests.exceptions.RequestException as exc:
-            raise FetchError("connection", f"{self.safe_url}: {_short(exc)}") from None
-        try:
-            if resp.status_code >= 500:
-                raise FetchError("http_5xx", f"{self.safe_url}: HTTP {resp.status_code}")
-            if resp.status_code in (401, 403):
-                raise FetchError("unauthorized", f"{self.safe_url}: HTTP {resp.status_code}, check the bearer token")
-            if resp.status_code >= 400:
-                raise FetchError("http_4xx", f"{self.safe_url}: HTTP {resp.status_code}")
-            if resp.status_code != 200:
-                raise FetchError("http_other", f"{self.safe_url}: HTTP {resp.status_code}")
-            declared = resp.headers.get("Content-Length")
-            if declared and declared.isdigit() and "gzip" not in resp.headers.get("Content-Encoding", "") \
-                    and int(declared) > self.max_bytes:
-                raise FetchError("too_large", f"{self.safe_url}: page of {int(declared)} bytes is over the "
-                                 f"{self.max_bytes}-byte cap")
-            chunks = []
-            size = 0
+    # -- the bearer token --------------------------------------------------------------------
+    def _set_token(self, token: str) -> None:
+        add_secret(token)
+        self._auth = b"Authorization: Bearer " + token.encode("ascii") + b"\r\n"
+
+    def _check_token_file(self, force: bool = False) -> None:
+        """Re-read the token file when it changed (inode, size, times) or when forced; a bad file
+        leaves ``_file_error`` set (and no token in use) until it changes again."""
+        path = self._token_file
+        with self._token_lock:
             try:
-                for chunk in _chunks(resp.raw):
-                    size += len(chunk)
-                    if size > self.max_bytes:
-                        raise FetchError("too_large", f"{self.safe_url}: page over the {self.max_bytes}-byte cap")
-                    chunks.append(chunk)
-                    if self._monotonic() > deadline:
-                        raise FetchError("timeout", f"{self.safe_url}: page not read within {self.timeout:g} s")
-            except FetchError:
-                raise
-            except requests.exceptions.Timeout:
-                raise FetchError("timeout", f"{self.safe_url}: page not read within {self.timeout:g} s") from None
-            except Exception as exc:  # urllib3 read errors: timeouts, broken gzip, resets
-                name = type(exc).__name__
-                if "Timeout" in name or "timed out" in str(exc):
-                    raise FetchError("timeout", f"{self.safe_url}: page not read within {self.timeout:g} s") from None
-                if "Decode" in name:
-                    raise FetchError("parse", f"{self.safe_url}: body could not be decompressed") from None
-                raise FetchError("connection", f"{self.safe_url}: read failed ({name})") from None
-            if self._monotonic() > deadline:
-                raise FetchError("timeout", f"{self.safe_url}: page not read within {self.timeout:g} s")
-            body = b"".join(chunks)
-            self.last_bytes = size
-        except BaseException:
-            resp.close()  # drop a connection left mid-body
+                st = os.stat(path)
+            except OSError as exc:
+                self._file_sig = None
+                self._file_error = f"cannot read the bearer token file {path}: {exc.strerror or exc}"
+                return
+            sig = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if sig == self._file_sig and not force:
+                return
+            self._file_sig = sig
+            self._file_error = ""
+            if not stat.S_ISREG(st.st_mode):
+                self._file_error = f"bearer token file {path} is not a regular file"
+                return
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+                try:
+                    raw = os.read(fd, 2 * TOKEN_MAX_BYTES + 64)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                self._file_error = f"cannot read the bearer token file {path}: {exc.strerror or exc}"
+                return
+            try:
+                self._set_token(parse_token(raw))
+            except ValueError as exc:
+                self._auth = b""
+                self._file_error = f"bearer token file {path} {exc}"
+
+    def reload_token(self) -> Tuple[bool, str]:
+        """Re-read the token file now (SIGHUP): (usable, one line saying what happened, no secret)."""
+        if not self._token_file:
+            return True, "no bearer token file to re-read (the rest of the configuration is read at start only)"
+        self._check_token_file(force=True)
+        if self._file_error:
+            return False, self._file_error
+        return True, f"bearer token re-read from {self._token_file}"
+
+    def _auth_header(self) -> bytes:
+        if self._token_file:
+            self._check_token_file()
+            if self._file_error:
+                raise FetchError("token", self._file_error)
+            return self._auth
+        return self._auth or self._basic
+
+    # -- one read ----------------------------------------------------------------------------
+    def fetch(self) -> str:
+        """Return the page text, or raise FetchError; never takes longer than ``timeout``."""
+        deadline = self._monotonic() + self.timeout
+        try:
+            request = self._head + self._auth_header() + b"\r\n"
+            body = self._exchange(request, deadline)
+        except FetchError as exc:
+            self._drop()
+            exc.message = f"{self.safe_url}: {exc.message}"
+            exc.args = (exc.message,)
             raise
-        resp.raw.release_conn()  # whole body read: the connection goes back for the next poll
-        ctype = resp.headers.get("Content-Type", "")
+        except TimeoutError:
+            self._drop()
+            raise FetchError("timeout", f"{self.safe_url}: no complete answer within {self.timeout:g} s "
+                                        f"({self._phase})") from None
+        except ssl.SSLError as exc:
+            self._drop()
+            raise FetchError("tls", f"{self.safe_url}: TLS failed ({_ssl_text(exc)})") from None
+        except ConnectionRefusedError:
+            self._drop()
+            raise FetchError("refused", f"{self.safe_url}: connection refused") from None
+        except _Eof as exc:
+            self._drop()
+            raise FetchError("connection", f"{self.safe_url}: connection closed by the server {exc}") from None
+        except ConnectionResetError:
+            self._drop()
+            raise FetchError("connection", f"{self.safe_url}: connection reset by the server "
+                                           f"({self._phase})") from None
+        except OSError as exc:
+            self._drop()
+            what = "name lookup failed" if isinstance(exc, socket.gaierror) else "connection failed"
+            raise FetchError("connection", f"{self.safe_url}: {what} ({_os_text(exc)})") from None
+        ctype = self._ctype
         if "html" in ctype.lower() or body[:200].lstrip().lower().startswith((b"<!doctype", b"<html")):
             raise FetchError("parse", f"{self.safe_url}: got an HTML page, not metrics")
         try:
-            return body.decode("utf-8")
-        except UnicodeDecodeError:
-            raise FetchError("parse", f"{self.safe_url}: page is not UTF-8 text") from None
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FetchError("parse", f"{self.safe_url}: page is not UTF-8 text (byte {exc.start})") from None
+        self.last_bytes = len(body)
+        return text
+
+    def _exchange(self, request: bytes, deadline: float) -> bytes:
+        reused = self._sock is not None
+        if reused and not self._idle_ok():
+            self._drop()
+            reused = False
+        if self._sock is None:
+            self._connect(deadline)
+        try:
+            self._phase = "sending the request"
+            self._send(request, deadline)
+            status, headers, keep = self._read_head(deadline)
+        except (_Eof, ConnectionResetError, BrokenPipeError):
+            if not reused or self._buf:
+                raise
+            # the server closed the kept-alive connection as we reused it: once, on a fresh one
+            self._drop()
+            self._connect(deadline)
+            self._phase = "sending the request"
+            self._send(request, deadline)
+            status, headers, keep = self._read_head(deadline)
+        if status != 200:
+            raise _status_error(status, headers)
+        self._ctype = headers.get("content-type", "")
+        body = self._read_body(headers, deadline)
+        if not keep:
+            self._drop()
+        elif self._buf:
+            raise FetchError("protocol", f"{len(self._buf)} bytes after the end of the answer "
+                                         "(a body longer than its Content-Length)")
+        else:
+            extra = self._pending()
+            if extra is None:  # the server closed after answering: fine, connect again next time
+                self._drop()
+            elif extra:
+                raise FetchError("protocol", "bytes after the end of the answer (a body longer than its "
+                                             "Content-Length)")
+        return body
+
+    # -- connection ----------------------------------------------------------------------------
+    def _left(self, deadline: float) -> float:
+        left = deadline - self._monotonic()
+        if left <= 0:
+            raise TimeoutError
+        return left
+
+    def _resolve(self, deadline: float) -> List[tuple]:
+        if self._static_addrs is not None:
+            return self._static_addrs
+        if self._addrs and self._monotonic() < self._addrs_until:
+            return self._addrs
+        self._phase = f"looking up {self.host}"
+        if self._lookup is None:
+            self._lookup = _Lookup(self.host, self.port)
+        lookup = self._lookup
+        if not lookup.done.wait(self._left(deadline)):
+            raise TimeoutError
+        self._lookup = None
+        if lookup.error is not None:
+            raise lookup.error
+        self._addrs = lookup.result
+        self._addrs_until = self._monotonic() + DNS_CACHE_SECONDS
+        return self._addrs
+
+    def _connect(self, deadline: float) -> None:
+        addrs = self._resolve(deadline)
+        self._phase = "connecting"
+        error: Optional[OSError] = None
+        sock = None
+        for family, _, proto, _, addr in addrs:
+            sock = socket.socket(family, socket.SOCK_STREAM, proto)
+            try:
+                sock.settimeout(self._left(deadline))
+                sock.connect(addr)
+                break
+            except TimeoutError:
+                sock.close()
+                raise
+            except OSError as exc:
+                sock.close()
+                sock, error = None, exc
+        if sock is None:
+            raise error or OSError("no address to connect to")
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._ctx is not None:
+                self._phase = "TLS handshake"
+                sock = self._ctx.wrap_socket(sock, server_hostname=self.host, do_handshake_on_connect=False)
+                sock.settimeout(self._left(deadline))
+                sock.do_handshake()  # bounded as a whole by the timeout just set
+        except BaseException:
+            sock.close()
+            raise
+        self._sock = sock
+        self._buf = bytearray()
+        self.connections += 1
+
+    def _idle_ok(self) -> bool:
+        """A kept-alive connection is usable when nothing arrived on it while idle (neither the
+        server's close nor stray bytes; TLS records without data, e.g. session tickets, are fine)."""
+        if self._buf:
+            return False
+        state = self._peek()
+        return state is False
+
+    def _pending(self) -> Optional[bool]:
+        """After an answer: None when the server closed, True when more bytes wait, else False."""
+        return self._peek()
+
+    def _peek(self) -> Optional[bool]:
+        """Without blocking: None when the connection is closed or broken, True when bytes wait
+        to be read, False when nothing does."""
+        sock = self._sock
+        try:
+            if isinstance(sock, ssl.SSLSocket):
+                if sock.pending():
+                    return True
+                if not _readable(sock):
+                    return False
+                sock.settimeout(0)
+                try:
+                    data = sock.recv(1)
+                except ssl.SSLWantReadError:  # a record without data (a TLS 1.3 session ticket)
+                    return False
+                return True if data else None
+            if not _readable(sock):
+                return False
+            data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, ssl.SSLWantWriteError):
+            return False
+        except (OSError, ValueError):
+            return None
+        return True if data else None
+
+    def _drop(self) -> None:
+        sock, self._sock = self._sock, None
+        self._buf = bytearray()
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _send(self, data: bytes, deadline: float) -> None:
+        self._sock.settimeout(self._left(deadline))  # sendall: the timeout bounds the whole send
+        self._sock.sendall(data)
+
+    def _recv_more(self, deadline: float, where: str) -> None:
+        """One recv into the buffer, bounded by the time left; EOF raises ``_Eof(where)``."""
+        sock = self._sock
+        sock.settimeout(self._left(deadline))
+        data = sock.recv(CHUNK)
+        if not data:
+            raise _Eof(where)
+        self._buf += data
+
+    # -- the answer ----------------------------------------------------------------------------
+    def _read_head(self, deadline: float) -> Tuple[int, dict, bool]:
+        for _ in range(MAX_INTERIM + 1):
+            self._phase = "waiting for the status line and headers"
+            buf = self._buf
+            scanned = 0
+            while True:
+                if not buf.startswith(b"HTTP/"[:len(buf)]):  # another protocol on the port: say so now
+                    raise FetchError("protocol", "the answer does not start with an HTTP/1.x status line")
+                end, sep = _head_end(buf, scanned)
+                if end >= 0:
+                    break
+                if len(buf) > MAX_HEADER_BYTES:
+                    raise FetchError("protocol", f"header block over {MAX_HEADER_BYTES // 1024} KiB")
+                scanned = max(0, len(buf) - 3)
+                self._recv_more(deadline, "before answering" if not buf else "in the middle of the headers")
+                buf = self._buf
+            if end > MAX_HEADER_BYTES:
+                raise FetchError("protocol", f"header block over {MAX_HEADER_BYTES // 1024} KiB")
+            head = bytes(buf[:end])
+            del buf[:end + sep]
+            status, version, headers = _parse_head(head)
+            if 100 <= status < 200:
+                if status == 101:
+                    raise FetchError("protocol", "the server switched protocols (HTTP 101)")
+                continue  # an interim answer (100 Continue, 103 Early Hints): the real one follows
+            conn = headers.get("connection", "").lower()
+            keep = "close" not in conn if version == "HTTP/1.1" else "keep-alive" in conn
+            return status, headers, keep
+        raise FetchError("protocol", f"more than {MAX_INTERIM} interim (1xx) answers")
+
+    def _read_body(self, headers: dict, deadline: float) -> bytes:
+        te = headers.get("transfer-encoding")
+        cl = headers.get("content-length")
+        ce = headers.get("content-encoding", "identity").strip().lower()
+        if ce not in ("identity", "", "gzip", "x-gzip"):
+            raise FetchError("protocol", f"Content-Encoding {ce[:40]!r} was not asked for")
+        if te is not None and cl is not None:
+            raise FetchError("protocol", "both Transfer-Encoding and Content-Length")
+        sink = _Sink(self.max_bytes, ce in ("gzip", "x-gzip"))
+        self._phase = "reading the body"
+        if te is not None:
+            if te.replace(" ", "").lower() != "chunked":
+                raise FetchError("protocol", f"Transfer-Encoding {te[:40]!r} is not supported")
+            self._read_chunked(sink, deadline)
+        elif cl is not None:
+            values = {v.strip() for v in cl.split(",")}
+            if len(values) != 1 or not next(iter(values)).isdigit() or len(next(iter(values))) > 18:
+                raise FetchError("protocol", "Content-Length is not one number")
+            n = int(values.pop())
+            if n > self.max_bytes:
+                raise FetchError("too_large", f"page of {n} bytes is over the {self.max_bytes}-byte cap")
+            sink.feed(self._read_exact(n, deadline))
+        else:
+            self._read_to_close(sink, deadline)
+        return sink.finish()
+
+    def _read_exact(self, n: int, deadline: float):
+        buf = self._buf
+        if len(buf) >= n:
+            out = bytes(buf[:n])
+            del buf[:n]
+            return out
+        out = bytearray(n)
+        view = memoryview(out)
+        have = len(buf)
+        view[:have] = buf
+        buf.clear()
+        sock = self._sock
+        while have < n:
+            sock.settimeout(self._left(deadline))
+            got = sock.recv_into(view[have:], min(n - have, 1 << 20))
+            if not got:
+                raise _Eof(f"after {have} of the {n} bytes it announced")
+            have += got
+        return out
+
+    def _read_line(self, deadline: float, what: str) -> bytes:
+        buf = self._buf
+        scanned = 0
+        while True:
+            i = buf.find(b"\n", scanned)
+            if i >= 0:
+                line = bytes(buf[:i])
+                del buf[:i + 1]
+                return line[:-1] if line.endswith(b"\r") else line
+            if len(buf) > MAX_LINE:
+                raise FetchError("protocol", f"{what} longer than {MAX_LINE} bytes")
+            scanned = len(buf)
+            self._recv_more(deadline, f"in the middle of the body ({what})")
+            buf = self._buf
+
+    def _read_chunked(self, sink: "_Sink", deadline: float) -> None:
+        raw = 0
+        while True:
+            line = self._read_line(deadline, "a chunk-size line")
+            size_text = line.split(b";", 1)[0].strip()
+            if not size_text or len(size_text) > 15 or size_text.strip(b"0123456789abcdefABCDEF"):
+                raise FetchError("protocol", "bad chunk-size line in a chunked body")
+            size = int(size_text, 16)
+            if size == 0:
+                for _ in range(MAX_HEADER_LINES):
+                    if not self._read_line(deadline, "a trailer line"):
+                        return
+                raise FetchError("protocol", f"more than {MAX_HEADER_LINES} trailer lines")
+            raw += size
+            if raw > self.max_bytes:
+                raise FetchError("too_large", f"page over the {self.max_bytes}-byte cap")
+            sink.feed(self._read_exact(size, deadline))
+            if self._read_line(deadline, "a chunk end"):
+                raise FetchError("protocol", "a chunk is longer than its size line says")
+
+    def _read_to_close(self, sink: "_Sink", deadline: float) -> None:
+        """No length given: the body ends when the server closes (HTTP/1.0 style)."""
+        raw = len(self._buf)
+        if self._buf:
+            sink.feed(bytes(self._buf))
+            self._buf.clear()
+        sock = self._sock
+        while True:
+            sock.settimeout(self._left(deadline))
+            data = sock.recv(CHUNK)
+            if not data:
+                self._drop()
+                return
+            raw += len(data)
+            if raw > self.max_bytes:
+                raise FetchError("too_large", f"page over the {self.max_bytes}-byte cap")
+            sink.feed(data)
 
     def close(self) -> None:
-        self.session.close()
+        """Close the connection; a read in flight on another thread fails at once (connection)."""
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
 
 
-def _chunks(raw):
-    """The body as it arrives: ``read1`` returns what one socket read brings, so the deadline
-    is checked between small reads even when a server dribbles bytes."""
-    read1 = getattr(raw, "read1", None)
-    if read1 is None:  # older urllib3
-        yield from raw.stream(CHUNK, decode_content=True)
-        return
-    while True:
-        chunk = read1(CHUNK, decode_content=True)
-        if not chunk:
+class _Sink:
+    """Collects the body, decompressing gzip when the answer says so; the cap applies to what
+    comes out, while it comes out."""
+
+    __slots__ = ("cap", "size", "parts", "z")
+
+    def __init__(self, cap: int, gz: bool) -> None:
+        self.cap = cap
+        self.size = 0
+        self.parts: list = []
+        self.z = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
+
+    def feed(self, data) -> None:
+        z = self.z
+        if z is None:
+            self.size += len(data)
+            if self.size > self.cap:
+                raise FetchError("too_large", f"page over the {self.cap}-byte cap")
+            self.parts.append(data)
             return
-        yield chunk
+        try:
+            while data:
+                if z.eof:
+                    raise FetchError("protocol", "bytes after the end of the gzip stream")
+                out = z.decompress(data, self.cap - self.size + 1)
+                self.size += len(out)
+                if self.size > self.cap:
+                    raise FetchError("too_large", f"page over the {self.cap}-byte cap after decompression")
+                self.parts.append(out)
+                data = z.unconsumed_tail
+        except zlib.error:
+            raise FetchError("protocol", "body is not valid gzip") from None
+
+    def finish(self) -> bytes:
+        if self.z is not None:
+            if not self.z.eof:
+                raise FetchError("protocol", "gzip stream cut short")
+            if self.z.unused_data:
+                raise FetchError("protocol", "bytes after the end of the gzip stream")
+        if len(self.parts) == 1:
+            return bytes(self.parts[0]) if isinstance(self.parts[0], bytearray) else self.parts[0]
+        return b"".join(self.parts)
 
 
-def _short(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:160]
+def _readable(sock) -> bool:
+    """Whether reading would not block (``poll``: no limit on the descriptor's number)."""
+    p = select.poll()
+    p.register(sock, select.POLLIN | select.POLLPRI)
+    return bool(p.poll(0))
+
+
+def _head_end(buf: bytearray, start: int) -> Tuple[int, int]:
+    """Where the header block ends (index, separator length), or (-1, 0). CRLF CRLF, or bare
+    LF LF from sloppy servers."""
+    i = buf.find(b"\r\n\r\n", start)
+    j = buf.find(b"\n\n", start)
+    if j >= 0 and (i < 0 or j < i):
+        return j, 2
+    return (i, 4) if i >= 0 else (-1, 0)
+
+
+def _parse_head(head: bytes) -> Tuple[int, str, dict]:
+    lines = head.split(b"\n")
+    first = lines[0].rstrip(b"\r")
+    bits = first.split(b" ", 2)
+    if len(bits) < 2 or bits[0] not in (b"HTTP/1.1", b"HTTP/1.0") or len(bits[1]) != 3 or not bits[1].isdigit():
+        raise FetchError("protocol", "the answer does not start with an HTTP/1.x status line")
+    if len(lines) - 1 > MAX_HEADER_LINES:
+        raise FetchError("protocol", f"more than {MAX_HEADER_LINES} header lines")
+    headers: dict = {}
+    for raw in lines[1:]:
+        line = raw.rstrip(b"\r")
+        if not line:
+            continue
+        if line[:1] in (b" ", b"\t"):
+            raise FetchError("protocol", "a folded header line")
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name != name.strip() or b" " in name:
+            raise FetchError("protocol", "a malformed header line")
+        key = name.decode("latin-1").lower()
+        val = value.strip().decode("latin-1")
+        headers[key] = f"{headers[key]}, {val}" if key in headers else val
+    return int(bits[1]), bits[0].decode("ascii"), headers
+
+
+def _status_error(status: int, headers: dict) -> FetchError:
+    if status >= 500:
+        return FetchError("http_5xx", f"HTTP {status}")
+    if status in (401, 403):
+        return FetchError("unauthorized", f"HTTP {status}, check the bearer token")
+    if status >= 400:
+        return FetchError("http_4xx", f"HTTP {status}")
+    if 300 <= status < 400:
+        where = redact_url(headers.get("location", "")[:200]) if headers.get("location") else "nowhere"
+        return FetchError("http_other", f"HTTP {status} redirect to {where}; redirects are not followed, "
+                                        "point the URL at the page itself")
+    return FetchError("http_other", f"HTTP {status}")
+
+
+def _ssl_text(exc: ssl.SSLError) -> str:
+    text = getattr(exc, "verify_message", "") or getattr(exc, "reason", "") or type(exc).__name__
+    return str(text)[:160]
+
+
+def _os_text(exc: OSError) -> str:
+    text = exc.strerror or str(exc) or type(exc).__name__
+    return text.splitlines()[0][:160] if text else type(exc).__name__

@@ -18,7 +18,7 @@ from .config import Config
 from .fetch import REASONS as VLLM_REASONS, FetchError
 from .gpu import GpuState, GpuUnavailable
 from .inputs import INPUTS, Snapshot, normalize
-from .logs import StateLog
+from .logs import StateLog, summarize
 from .parser import Parser
 from .signals import Baseline, Signals, derive
 from .state import Published
@@ -85,17 +85,15 @@ class Sidecar:
         self.counters.errors[key] = self.counters.errors.get(key, 0) + 1
         was_up = self.up.get(target)
         self.up[target] = False
-        if was_up is not False:
-            self.states.change(("up", target), False, logging.WARNING,
-                               f"{target} unreachable: {message}", target=target, reason=reason)
-        self.states.change(("reason", target), reason, logging.WARNING,
-                           f"{target} read failing: {message}", target=target, reason=reason)
+        # one line per change of state: going down, or a new reason while down
+        msg = f"{target} unreachable: {message}" if was_up is not False else \
+            f"{target} still unreachable, now {reason}: {message}"
+        self.states.change(("up", target), ("down", reason), logging.WARNING, msg, target=target, reason=reason)
 
     def _ok(self, target: str, now: float) -> None:
         self.last_success[target] = now
         if self.up.get(target) is not True:
-            self.states.change(("up", target), True, logging.INFO, f"{target} reachable", target=target)
-            self.states.change(("reason", target), None, logging.DEBUG, "", target=target)
+            self.states.change(("up", target), ("up",), logging.INFO, f"{target} reachable", target=target)
         self.up[target] = True
 
     # -- one poll --------------------------------------------------------------------------
@@ -171,7 +169,7 @@ class Sidecar:
                                ("vLLM inputs missing under every known name: " + ", ".join(sorted(missing)))
                                if missing else "every required vLLM input present", quiet_first=True)
             self.states.change(("models",), tuple(sorted(snap.models)), logging.INFO,
-                               "models served: " + ", ".join(sorted(snap.models)))
+                               "models served: " + summarize(sorted(snap.models)))
         gpu = self.poll_gpu(now)
         if gpu is not None:
             self.last_gpu = gpu
