@@ -216,7 +216,7 @@ def test_lock_pins_every_runtime_dependency():
         if line:
             name, version = line.split("==")
             pins[name.lower().replace("_", "-")] = version
-    project = ["prometheus-client", "nvidia-ml-py", "requests", "pyyaml"]
+    project = ["prometheus-client", "nvidia-ml-py", "requests", "pyyaml", "bcrypt"]
     todo, seen = list(project), set()
     while todo:
         name = todo.pop()
