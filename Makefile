@@ -6,7 +6,7 @@ VENV ?= .venv
 VPY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run demo test venv deps rules bench clean
+.PHONY: run demo test venv deps rules bench bench-listener clean
 
 $(VPY): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,9 @@ rules: $(VPY)
 
 bench: $(VPY)
 	$(VPY) bench/bench_parser.py
+
+bench-listener: $(VPY)
+	$(VPY) bench/bench_listener.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
