@@ -284,6 +284,26 @@ def test_503_with_retry_after_beyond_max_requests(published):
         assert srv.rejected["max_requests"] == 1
 
 
+def test_scrapes_answered_from_a_ready_body_are_never_refused(published):
+    with serving(published, max_requests=1) as srv:
+        with closing(plain(srv)) as c:
+            assert request(c)[0].status == 200  # the body is built
+        crowd = [_send(srv) for _ in range(20)]
+        try:
+            assert all(read_response_head(s).startswith(b"HTTP/1.1 200 ") for s in crowd)
+        finally:
+            for s in crowd:
+                s.close()
+        assert srv.rejected["max_requests"] == 0
+
+
+def test_rate_limit_answers_429(tmp_path, published):
+    with serving(published, web=web_file(tmp_path, "rate_limit:\n  interval: 1h\n  burst: 2\n")) as srv:
+        with closing(plain(srv)) as c:
+            assert [request(c)[0].status for _ in range(3)] == [200, 200, 429]
+            assert request(c, "/healthz")[0].status == 200  # probes are not limited
+
+
 def test_one_encoding_per_published_state(published):
     GatedServer.gate = threading.Event()
     GatedServer.gate.set()

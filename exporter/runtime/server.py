@@ -26,13 +26,16 @@ The design, chosen for being simple and hard to starve:
   keep-alive one; one in the middle of a request is never pushed out, so a slowloris crowd cannot
   keep Prometheus out, nor hold more than the cap.
 - ``/healthz`` and ``/readyz`` are answered right on the loop. ``/metrics`` (and ``/``) go
-  through the web configuration (``webconfig``: rate limit, basic auth) and then at most
-  ``max_requests`` are served at once (node_exporter's ``--web.max-requests``); beyond that 503
-  with ``Retry-After``.
+  through the web configuration (``webconfig``: rate limit, basic auth) first.
 - A ``/metrics`` body is encoded once per published state and format, on a pool of two worker
-  threads, and gzip-compressed once; every scrape of that state gets the same bytes. The poll
-  loop swaps an immutable ``Published``, so the object itself is the generation; a body is also
-  re-encoded when it is a second old, so the ``process_*`` series stay fresh between slow polls.
+  threads, and gzip-compressed once in the same step; every scrape of that state gets the same
+  bytes. The poll loop swaps an immutable ``Published``, so the object itself is the generation;
+  a body is also re-encoded when it is a second old, so the ``process_*`` series stay fresh
+  between slow polls. While a new body is being encoded, scrapes get the previous one if it is
+  under two seconds old (so a storm never queues behind an encoding); otherwise they wait for
+  it, and at most ``max_requests`` may wait (node_exporter's ``--web.max-requests``): beyond
+  that 503 with ``Retry-After``. So the limit bites exactly when bodies cannot be built fast
+  enough, and answering from a ready body is never refused.
 - bcrypt runs on its own thread, one check at a time (as exporter-toolkit), and its verdicts are
   cached by a digest of user, hash and password, so a correct scrape costs one bcrypt check per
   password, and a crowd of wrong guesses (at most 32 waiting, then 503) never delays the encoder.
@@ -97,6 +100,10 @@ def make_registry(state: Callable[[], Published]) -> CollectorRegistry:
 
 
 # -- HTTP pieces ---------------------------------------------------------------------------------
+
+class _Busy(Exception):
+    """More than max_requests scrapes are waiting for a body."""
+
 
 class BadRequest(Exception):
     def __init__(self, code: int, msg: str) -> None:
@@ -323,11 +330,22 @@ class _Bucket:
 
 
 class _Entry:
-    __slots__ = ("pub", "t", "plain", "gz")
+    """One encoding of one published state in one format: (plain, gzipped) once done."""
 
-    def __init__(self, pub: Published, t: float, plain: asyncio.Future) -> None:
-        self.pub, self.t, self.plain = pub, t, plain
-        self.gz: Optional[asyncio.Future] = None
+    __slots__ = ("pub", "t", "fut")
+
+    def __init__(self, pub: Published, t: float, fut: asyncio.Future) -> None:
+        self.pub, self.t, self.fut = pub, t, fut
+
+
+class _Slot:
+    """The bodies of one format: the latest done encoding and the one under way."""
+
+    __slots__ = ("ready", "pending")
+
+    def __init__(self) -> None:
+        self.ready: Optional[_Entry] = None
+        self.pending: Optional[_Entry] = None
 
 
 class _Families:
@@ -645,7 +663,7 @@ class SidecarServer:
         self.inflight = 0
         self._conns: Dict[_Conn, None] = {}  # oldest first
         self._tasks: set = set()
-        self._bodies: Dict[str, _Entry] = {}
+        self._slots: Dict[str, _Slot] = {}
         self._bucket = _Bucket()
         self._process = ProcessCollector(namespace="vllm_sidecar", registry=None)
         self._listener = _ListenerCollector(self)
@@ -802,45 +820,74 @@ class SidecarServer:
             conn.reply(500, b"building metrics failed\n", close=True)
 
     async def _metrics(self, conn: _Conn, req: Request, head_only: bool) -> None:
-        if self.max_requests and self.inflight >= self.max_requests:
+        try:
+            body, ctype, gz = await self._body(req.headers.get("accept", ""),
+                                               accepts_gzip(req.headers.get("accept-encoding", "")))
+        except _Busy:
             self.rejected["max_requests"] += 1
             conn.reply(503, b"too many scrapes at once, retry\n", headers=(("Retry-After", "1"),),
                        head_only=head_only)
             return
-        self.inflight += 1
-        try:
-            body, ctype, gz = await self._body(req.headers.get("accept", ""),
-                                               accepts_gzip(req.headers.get("accept-encoding", "")))
-        finally:
-            self.inflight -= 1
         headers = [("Vary", "Accept-Encoding")]
         if gz:
             headers.append(("Content-Encoding", "gzip"))
         conn.reply(200, body, ctype, headers, head_only=head_only)
 
     async def _body(self, accept: str, gz: bool) -> Tuple[bytes, str, bool]:
-        """The encoded body for the current state: built once per state and format (and at most a
-        second old), compressed once."""
+        """The body for the current state, encoded and gzipped once per state and format.
+
+        A body whose encoding started less than BODY_MAX_AGE ago is served as it is; an older one
+        or one of a previous state is encoded again, and while that runs (a few milliseconds)
+        scrapes get the previous body if it is under 2 × BODY_MAX_AGE old, so a storm of
+        scrapers never queues behind an encoding. Otherwise (the first scrape, scrapes further
+        apart than that) the scrape waits for the new body: those waits are the requests in
+        flight that ``max_requests`` counts."""
         loop, workers = self._loop, self._workers
         assert loop is not None and workers is not None
         encoder, ctype = choose_encoder(accept)
         pub = self.state()
         now = loop.time()
-        e = self._bodies.get(ctype)
-        if e is None or e.pub is not pub or (e.plain.done() and now - e.t >= BODY_MAX_AGE):
-            e = _Entry(pub, now, workers.submit(loop, self._encode, encoder, pub))
-            self._bodies[ctype] = e
-        try:
-            body = await asyncio.shield(e.plain)
-        except Exception:
-            if self._bodies.get(ctype) is e:
-                del self._bodies[ctype]
-            raise
-        if not gz:
-            return body, ctype, False
-        if e.gz is None:
-            e.gz = workers.submit(loop, gzip.compress, body, 5)
-        return await asyncio.shield(e.gz), ctype, True
+        slot = self._slots.get(ctype)
+        if slot is None:
+            slot = self._slots[ctype] = _Slot()
+        ready = slot.ready
+        if ready is not None and ready.pub is pub and now - ready.t < BODY_MAX_AGE:
+            e = ready
+        else:
+            if slot.pending is None:
+                self._start_encoding(slot, encoder, pub, now)
+            if ready is not None and now - ready.t < 2 * BODY_MAX_AGE:
+                e = ready
+            else:
+                e = slot.pending  # type: ignore[assignment]
+        if not e.fut.done():
+            if self.max_requests and self.inflight >= self.max_requests:
+                raise _Busy()
+            self.inflight += 1
+            try:
+                await asyncio.shield(e.fut)
+            finally:
+                self.inflight -= 1
+        plain, zipped = e.fut.result()
+        return (zipped if gz else plain), ctype, gz
+
+    def _start_encoding(self, slot: _Slot, encoder: Callable, pub: Published, now: float) -> None:
+        e = _Entry(pub, now, self._workers.submit(self._loop, self._encode_both, encoder, pub))  # type: ignore[union-attr, arg-type]
+        slot.pending = e
+
+        def done(fut: asyncio.Future) -> None:
+            if slot.pending is e:
+                slot.pending = None
+            if fut.cancelled():
+                return
+            if fut.exception() is None and (slot.ready is None or slot.ready.t <= e.t):
+                slot.ready = e  # (a failure reaches the scrapes waiting for it, which answer 500)
+
+        e.fut.add_done_callback(done)
+
+    def _encode_both(self, encoder: Callable, pub: Published) -> Tuple[bytes, bytes]:
+        plain = self._encode(encoder, pub)
+        return plain, gzip.compress(plain, 5)
 
     def _encode(self, encoder: Callable, pub: Published) -> bytes:
         """Runs on a worker thread. Tests override it to hold scrapes."""
