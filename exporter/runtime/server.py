@@ -39,8 +39,8 @@ The design, chosen for being simple and hard to starve:
 - bcrypt runs on its own thread, one check at a time (as exporter-toolkit), and its verdicts are
   cached by a digest of user, hash and password, so a correct scrape costs one bcrypt check per
   password, and a crowd of wrong guesses (at most 32 waiting, then 503) never delays the encoder.
-- TLS: each connection is accepted as plain TCP and then upgraded with ``loop.start_tls`` using
-  the context of the web configuration in force at that moment, so certificates rotated in a
+- TLS: the loop accepts each connection itself and hands it to ``connect_accepted_socket`` with
+  the SSL context of the web configuration in force at that moment, so certificates rotated in a
   Kubernetes Secret are picked up by the next connection without a restart.
 
 Threads: the loop, two workers and the bcrypt thread, whatever the load.
@@ -73,7 +73,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from .collectors import SidecarCollector, build_families
 from .state import Published
-from .webconfig import WebConfigWatcher, sans_allowed
+from .webconfig import TLSSettings, WebConfigWatcher, sans_allowed
 
 log = logging.getLogger("vllm_sidecar.http")
 
@@ -410,49 +410,68 @@ class _Conn(asyncio.Protocol):
         self.eof = False
         self.write_paused = False
         self.read_paused = False
-        self.handshaking = False
+        self.handshaking = False  # TLS accepted, handshake under way (no transport yet)
+        self.tls: Optional[TLSSettings] = None
+        self.raw: Optional[socket.socket] = None
+        self.hs_task: Optional[asyncio.Task] = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def connection_made(self, transport) -> None:  # type: ignore[override]
+        if self.handshaking:  # TLS: the handshake is done (the connection was counted at accept)
+            self.transport = transport
+            self.handshaking = False
+            if self.state == CLOSED:
+                transport.abort()
+                return
+            tls = self.tls
+            if tls is not None and tls.allowed_sans and not sans_allowed(transport.get_extra_info("peercert"),
+                                                                          tls.allowed_sans):
+                log.debug("client certificate has none of client_allowed_sans")
+                self.srv.closed["tls"] += 1
+                self._abort()
+            return
         self.transport = transport
+        self.srv._opened(self)
+        if self.state != CLOSED:
+            self._arm(self.srv.header_timeout, "header_timeout")
+
+    def accepted_tls(self, sock: socket.socket) -> None:
+        """A TLS connection just accepted (plain TCP still): counted, timed, then handshaken with
+        the context of the web configuration in force now."""
+        self.handshaking = True
+        self.raw = sock
         self.srv._opened(self)
         if self.state == CLOSED:
             return
         self._arm(self.srv.header_timeout, "header_timeout")
-        if self.srv.tls:
-            self.handshaking = True
-            transport.pause_reading()  # the ClientHello is for start_tls, not for data_received
-            self.srv._spawn(self._handshake())
+        self.hs_task = self.srv._spawn(self._handshake(sock))
 
-    async def _handshake(self) -> None:
-        tls = self.srv.web.current().tls
+    async def _handshake(self, sock: socket.socket) -> None:
+        self.tls = tls = self.srv.web.current().tls
         assert tls is not None
         kw = {"ssl_shutdown_timeout": 5.0} if sys.version_info >= (3, 11) else {}
+        self.raw = None  # from here on the loop's transport owns the socket
         try:
-            tr = await self.loop.start_tls(self.transport, self, tls.context, server_side=True,  # type: ignore[arg-type]
-                                           ssl_handshake_timeout=self.srv.header_timeout, **kw)
-        except (OSError, asyncio.TimeoutError, ssl.SSLError, ConnectionError, RuntimeError) as exc:
+            await self.loop.connect_accepted_socket(lambda: self, sock, ssl=tls.context,
+                                                    ssl_handshake_timeout=self.srv.header_timeout, **kw)
+        except (OSError, asyncio.TimeoutError, ssl.SSLError, ConnectionError) as exc:
             if self.state != CLOSED:
                 log.debug("TLS handshake failed: %s", exc)
                 self.srv.closed["tls"] += 1
-                self._abort()
-            return
-        if self.state == CLOSED:
-            tr.abort()
-            return
-        self.transport = tr
-        self.handshaking = False
-        if tls.allowed_sans and not sans_allowed(tr.get_extra_info("peercert"), tls.allowed_sans):
-            log.debug("client certificate has none of client_allowed_sans")
-            self.srv.closed["tls"] += 1
-            self._abort()
-            return
-        self._next()  # a request that came with the end of the handshake
+                self.state = CLOSED
+                self._disarm()
+                self.srv._gone(self)
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self.state = CLOSED
         self._disarm()
         self.srv._gone(self)
+        tr = self.transport
+        if tr is not None and not tr.is_closing():
+            try:  # (Python 3.10's TLS transport warns at exit when the peer closed it first)
+                tr.close()
+            except Exception:  # noqa: BLE001
+                pass
 
     def eof_received(self) -> Optional[bool]:
         self.eof = True
@@ -492,6 +511,11 @@ class _Conn(asyncio.Protocol):
         self._disarm()
         if self.transport is not None:
             self.transport.abort()
+        else:  # a TLS handshake not done yet
+            if self.raw is not None:
+                self.raw.close()
+            if self.hs_task is not None and self.hs_task is not asyncio.current_task(self.loop):
+                self.hs_task.cancel()  # asyncio closes the transport it had made
         self.srv._gone(self)
 
     def evict(self) -> None:
@@ -514,8 +538,8 @@ class _Conn(asyncio.Protocol):
         self._next()
 
     def _next(self) -> None:
-        if self.state not in (NEW, IDLE, READING) or self.write_paused or self.handshaking:
-            return  # (decrypted data can arrive before start_tls has handed over the TLS transport)
+        if self.state not in (NEW, IDLE, READING) or self.write_paused:
+            return
         buf = self.buf
         skip = 0
         while skip < len(buf) and buf[skip] in (10, 13):  # empty lines before a request line
@@ -703,9 +727,13 @@ class SidecarServer:
         assert loop is not None
         asyncio.set_event_loop(loop)
         loop.set_exception_handler(_quiet_handler)
+        server = None
         try:
-            server = loop.run_until_complete(
-                loop.create_server(lambda: _Conn(self), sock=self._sock, backlog=self.backlog))
+            if self.tls:  # accepted here, handshaken per connection with the context in force then
+                self._accepting = loop.create_task(self._accept_tls())
+            else:
+                server = loop.run_until_complete(
+                    loop.create_server(lambda: _Conn(self), sock=self._sock, backlog=self.backlog))
         except BaseException as exc:  # noqa: BLE001 - handed to start()
             errors.append(exc)
             started.set()
@@ -715,7 +743,8 @@ class SidecarServer:
         try:
             loop.run_forever()
         finally:
-            server.close()
+            if server is not None:
+                server.close()
             for c in list(self._conns):
                 c._abort()
             tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
@@ -724,6 +753,19 @@ class SidecarServer:
             loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             loop.run_until_complete(asyncio.sleep(0))  # let the aborted transports close their sockets
             loop.close()
+
+    async def _accept_tls(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(self._sock)
+            except OSError as exc:  # out of file descriptors, or the like: breathe, go on
+                log.warning("accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _Conn(self).accepted_tls(sock)
 
     def stop(self) -> None:
         self.ready.clear()
@@ -758,10 +800,11 @@ class SidecarServer:
     def _gone(self, conn: _Conn) -> None:
         self._conns.pop(conn, None)
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro) -> asyncio.Task:
         task = self._loop.create_task(coro)  # type: ignore[union-attr]
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # -- requests (loop thread) -----------------------------------------------------------------
     def _handle(self, conn: _Conn, req: Request) -> None:
