@@ -331,6 +331,17 @@ def test_header_timeout_closes_slow_and_silent_connections(published):
             assert request(c, "/healthz")[0].status == 200
 
 
+def test_header_timeout_covers_the_tls_handshake(tmp_path, pki, published):
+    with serving(published, web=web_file(tmp_path, tls_yaml(pki)), header_timeout=0.3) as srv:
+        silent = socket.create_connection(srv.address[:2], timeout=30)  # never sends a ClientHello
+        assert silent.recv(1024) == b""
+        silent.close()
+        with closing(https(srv, pki)) as c:
+            c.connect()  # a handshake, then no request
+            assert c.sock.recv(1024) == b""
+        assert srv.closed["header_timeout"] == 2
+
+
 def test_idle_keep_alive_connection_is_closed(published):
     with serving(published, idle_timeout=0.3) as srv:
         s = _send(srv, "/healthz")
