@@ -14,7 +14,9 @@ a third process, as vLLM is). The load comes from this process, on one asyncio l
 2. polling: 10 keep-alive scrapers while the sidecar polls 20 times a second.
 
 Reported: p50, p99 and max latency of /metrics, answers by status, timeouts (no answer within
-10 s), the server's thread count, and new/old ratios. Absolute numbers depend on the machine
+10 s), the server's thread count, the sidecar's missed polls (reads of vLLM that failed while the
+server hogged the GIL), and new/old ratios; in the storm also Prometheus' own scrape, one every
+0.5 s on a keep-alive connection from a process of its own. Absolute numbers depend on the machine
 (the load generator shares its cores); the ratios are the result. Not a test: nothing asserts.
 """
 
@@ -85,6 +87,36 @@ def child_server(which: str, vllm_url: str, poll: float, old_module: str) -> Non
     sys.stdin.read()
     stop.set()
     server.stop()
+
+
+def child_probe(port: int, duration: float) -> None:
+    """Prometheus' own scrape: one keep-alive connection, a scrape every 0.5 s, in a process of
+    its own (so the load generator's event loop does not delay it)."""
+    import http.client
+
+    print("port 0", flush=True)
+    lat, status, timeouts = [], {}, 0
+    conn = None
+    until = time.monotonic() + duration
+    while time.monotonic() < until:
+        t0 = time.monotonic()
+        try:
+            if conn is None:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+            conn.request("GET", "/metrics", headers={"Accept": PROM_ACCEPT, "Accept-Encoding": "gzip"})
+            r = conn.getresponse()
+            r.read()
+            lat.append(time.monotonic() - t0)
+            status[r.status] = status.get(r.status, 0) + 1
+        except OSError:
+            timeouts += 1
+            conn.close()
+            conn = None
+        time.sleep(max(0.0, 0.5 - (time.monotonic() - t0)))
+    lat.sort()
+    print(json.dumps({"scrapes": len(lat), "p50_ms": lat[len(lat) // 2] * 1000 if lat else None,
+                      "max_ms": lat[-1] * 1000 if lat else None, "by_status": status,
+                      "timeouts": timeouts}), flush=True)
 
 
 def spawn(*args: str, quiet: bool = False) -> tuple:
@@ -220,6 +252,7 @@ async def run_load(port: int, pid: int, duration: float, scrapers: int, crowd: i
     if crowd:
         await asyncio.sleep(10)  # let the crowd settle in (the old server's backlog of 5 makes connects slow)
     stats = Stats()
+    probe, _ = spawn("--child", "probe", str(port), str(duration)) if crowd else (None, 0)
     threads = [threads_of(pid)]
     held_seen = [held[0]]
     until = time.monotonic() + duration
@@ -236,8 +269,25 @@ async def run_load(port: int, pid: int, duration: float, scrapers: int, crowd: i
     await asyncio.gather(*tasks, return_exceptions=True)
     out = stats.summary()
     out["server_threads_max"] = max(threads)
-    out["crowd_held_min"] = min(held_seen) if crowd else 0
+    out["crowd_held_mean"] = round(statistics.mean(held_seen)) if crowd else 0
+    if probe is not None:
+        out["prometheus"] = json.loads(probe.stdout.readline() or "{}")
+        end(probe)
+    out["poll_errors"] = poll_errors(port)
     return out
+
+
+def poll_errors(port: int) -> float:
+    """The sidecar's failed reads of vLLM so far (a poll loop starved of the GIL misses reads)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+            text = r.read().decode()
+    except OSError:
+        return float("nan")
+    return sum(float(m.group(1)) for m in re.finditer(
+        r'^vllm_sidecar_poll_errors_total\{[^}]*target="vllm"[^}]*\} (\S+)$', text, re.M))
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -256,6 +306,8 @@ def main() -> None:
     if args.child:
         if args.child[0] == "sim":
             child_sim()
+        elif args.child[0] == "probe":
+            child_probe(int(args.child[1]), float(args.child[2]))
         else:
             child_server(args.child[1], args.child[2], float(args.child[3]), args.child[4])
         return
@@ -277,9 +329,10 @@ def main() -> None:
         for scenario, poll, scrapers, crowd in (("storm", 1.0, args.scrapers, args.crowd),
                                                 ("polling", 0.05, args.poll_scrapers, 0)):
             for which in ("old", "new"):
-                p, port = spawn("--child", "server", which, vllm_url, str(poll), old_path)
+                p, port = spawn("--child", "server", which, vllm_url, str(poll), old_path, quiet=True)
                 try:
                     time.sleep(1.0)
+                    poll_errors(port)  # one scrape first, as Prometheus has scraped before a storm
                     r = asyncio.run(run_load(port, p.pid, args.duration, scrapers, crowd))
                 finally:
                     end(p)
@@ -292,11 +345,15 @@ def main() -> None:
 
     print()
     print(f"{'scenario':9} {'server':6} {'answers':>8} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>9} {'timeouts':>8} "
-          f"{'threads':>7}  status")
+          f"{'threads':>7} {'missed polls':>12}  status")
     for key, r in results.items():
         scenario, which = key.split("/")
         print(f"{scenario:9} {which:6} {r['answers']:8d} {r['p50_ms']:9.1f} {r['p99_ms']:9.1f} {r['max_ms']:9.1f} "
-              f"{r['timeouts']:8d} {r['server_threads_max']:7d}  {r['by_status']}")
+              f"{r['timeouts']:8d} {r['server_threads_max']:7d} {r['poll_errors']:12.0f}  {r['by_status']}")
+    for which in ("old", "new"):
+        pr = results[f"storm/{which}"].get("prometheus")
+        if pr:
+            print(f"Prometheus' own scrape (every 0.5 s, own process) during the storm, {which}: {json.dumps(pr)}")
     for scenario in ("storm", "polling"):
         o, n = results[f"{scenario}/old"], results[f"{scenario}/new"]
         print(f"{scenario}: old/new p50 {o['p50_ms'] / n['p50_ms']:.1f}x, p99 {o['p99_ms'] / n['p99_ms']:.1f}x, "

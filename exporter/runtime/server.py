@@ -32,7 +32,7 @@ The design, chosen for being simple and hard to starve:
   bytes. The poll loop swaps an immutable ``Published``, so the object itself is the generation;
   a body is also re-encoded when it is a second old, so the ``process_*`` series stay fresh
   between slow polls. While a new body is being encoded, scrapes get the previous one if it is
-  under two seconds old (so a storm never queues behind an encoding); otherwise they wait for
+  under five seconds old (so a storm never queues behind an encoding); otherwise they wait for
   it, and at most ``max_requests`` may wait (node_exporter's ``--web.max-requests``): beyond
   that 503 with ``Retry-After``. So the limit bites exactly when bodies cannot be built fast
   enough, and answering from a ready body is never refused.
@@ -83,6 +83,7 @@ WORKERS = 2
 AUTH_WAITING = 32  # bcrypt checks allowed to wait; beyond, 503
 AUTH_CACHE = 1024
 BODY_MAX_AGE = 1.0  # seconds a body is reused while the published state does not change
+STALE_MAX = 5.0  # seconds a body may still be served while its successor is being encoded
 TEXT = "text/plain; charset=utf-8"
 LANDING = b"vllm-sidecar-exporter: /metrics /healthz /readyz\n"
 REJECT_REASONS = ("max_requests", "unauthorized", "auth_busy", "rate_limit", "bad_request")
@@ -880,11 +881,11 @@ class SidecarServer:
         """The body for the current state, encoded and gzipped once per state and format.
 
         A body whose encoding started less than BODY_MAX_AGE ago is served as it is; an older one
-        or one of a previous state is encoded again, and while that runs (a few milliseconds)
-        scrapes get the previous body if it is under 2 × BODY_MAX_AGE old, so a storm of
-        scrapers never queues behind an encoding. Otherwise (the first scrape, scrapes further
-        apart than that) the scrape waits for the new body: those waits are the requests in
-        flight that ``max_requests`` counts."""
+        or one of a previous state is encoded again, and while that runs (milliseconds; seconds
+        on a starved CPU) scrapes get the previous body if it is under STALE_MAX old, so a storm
+        of scrapers never queues behind an encoding. Otherwise (the first scrape, scrapes further
+        apart than that, an encoder that hangs) the scrape waits for the new body: those waits are
+        the requests in flight that ``max_requests`` counts."""
         loop, workers = self._loop, self._workers
         assert loop is not None and workers is not None
         encoder, ctype = choose_encoder(accept)
@@ -899,7 +900,7 @@ class SidecarServer:
         else:
             if slot.pending is None:
                 self._start_encoding(slot, encoder, pub, now)
-            if ready is not None and now - ready.t < 2 * BODY_MAX_AGE:
+            if ready is not None and now - ready.t < STALE_MAX:
                 e = ready
             else:
                 e = slot.pending  # type: ignore[assignment]
