@@ -1,7 +1,7 @@
 """Listener benchmark: the sidecar's HTTP listener against the old one (http.server's
 ThreadingHTTPServer, taken from git history into a temporary module), in the same run.
 
-    python bench/bench_listener.py [--duration 15] [--scrapers 200] [--crowd 500] [--baseline-rev REV]
+    python bench/bench_listener.py [--duration 20] [--rounds 2] [--scrapers 200] [--crowd 500] [--baseline-rev REV]
 
 Each server runs in its own process inside a real sidecar (the poll loop and the server share
 the process and its GIL) reading the demo's simulated vLLM (``SimVllm`` behind ``PageServer``,
@@ -113,10 +113,7 @@ def child_probe(port: int, duration: float) -> None:
             conn.close()
             conn = None
         time.sleep(max(0.0, 0.5 - (time.monotonic() - t0)))
-    lat.sort()
-    print(json.dumps({"scrapes": len(lat), "p50_ms": lat[len(lat) // 2] * 1000 if lat else None,
-                      "max_ms": lat[-1] * 1000 if lat else None, "by_status": status,
-                      "timeouts": timeouts}), flush=True)
+    print(json.dumps({"lat": lat, "status": status, "timeouts": timeouts}), flush=True)
 
 
 def spawn(*args: str, quiet: bool = False) -> tuple:
@@ -174,10 +171,23 @@ class Stats:
         self.timeouts = 0
         self.errors = 0
 
+    def add(self, other: dict) -> None:
+        self.lat += other["lat"]
+        for k, v in other["status"].items():
+            self.status[int(k)] = self.status.get(int(k), 0) + v
+        self.timeouts += other.get("timeouts", 0)
+        self.errors += other.get("errors", 0)
+
+    def raw(self) -> dict:
+        return {"lat": self.lat, "status": self.status, "timeouts": self.timeouts, "errors": self.errors}
+
     def summary(self) -> dict:
         lat = sorted(self.lat)
-        q = (lambda f: lat[min(len(lat) - 1, int(f * len(lat)))] * 1000) if lat else (lambda f: float("nan"))
-        return {"answers": len(lat), "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": lat[-1] * 1000 if lat else float("nan"),
+
+        def q(f: float) -> float:
+            return lat[min(len(lat) - 1, int(f * len(lat)))] * 1000 if lat else float("nan")
+
+        return {"answers": len(lat), "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": q(1.0),
                 "by_status": dict(sorted(self.status.items())), "timeouts": self.timeouts, "errors": self.errors}
 
 
@@ -267,11 +277,9 @@ async def run_load(port: int, pid: int, duration: float, scrapers: int, crowd: i
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    out = stats.summary()
-    out["server_threads_max"] = max(threads)
-    out["crowd_held_mean"] = round(statistics.mean(held_seen)) if crowd else 0
+    out = {"load": stats.raw(), "threads": max(threads), "held": statistics.mean(held_seen) if crowd else 0}
     if probe is not None:
-        out["prometheus"] = json.loads(probe.stdout.readline() or "{}")
+        out["probe"] = json.loads(probe.stdout.readline() or '{"lat": [], "status": {}}')
         end(probe)
     out["poll_errors"] = poll_errors(port)
     return out
@@ -294,7 +302,8 @@ def poll_errors(port: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--duration", type=float, default=15.0, help="seconds of load per scenario and server")
+    ap.add_argument("--duration", type=float, default=20.0, help="seconds of load per scenario and server")
+    ap.add_argument("--rounds", type=int, default=2, help="runs per scenario and server, old and new alternating")
     ap.add_argument("--scrapers", type=int, default=200)
     ap.add_argument("--crowd", type=int, default=500, help="idle and slowloris connections held open")
     ap.add_argument("--poll-scrapers", type=int, default=10)
@@ -324,42 +333,61 @@ def main() -> None:
     Path(old_path).write_text(old_server_source(args.baseline_rev))
     sim, sim_port = spawn("--child", "sim", quiet=True)  # (it tells of every scrape the sidecar gave up on)
     vllm_url = f"http://127.0.0.1:{sim_port}"
-    results: dict = {}
+    runs: dict = {}
     try:
         for scenario, poll, scrapers, crowd in (("storm", 1.0, args.scrapers, args.crowd),
                                                 ("polling", 0.05, args.poll_scrapers, 0)):
-            for which in ("old", "new"):
-                p, port = spawn("--child", "server", which, vllm_url, str(poll), old_path, quiet=True)
-                try:
-                    time.sleep(1.0)
-                    poll_errors(port)  # one scrape first, as Prometheus has scraped before a storm
-                    r = asyncio.run(run_load(port, p.pid, args.duration, scrapers, crowd))
-                finally:
-                    end(p)
-                results[f"{scenario}/{which}"] = r
-                print(f"{scenario:8} {which}: {json.dumps(r)}", flush=True)
+            for rnd in range(args.rounds):  # old and new alternate, so a change in the machine's load hits both
+                for which in (("old", "new") if rnd % 2 == 0 else ("new", "old")):
+                    p, port = spawn("--child", "server", which, vllm_url, str(poll), old_path, quiet=True)
+                    try:
+                        time.sleep(1.0)
+                        poll_errors(port)  # one scrape first, as Prometheus has scraped before a storm
+                        r = asyncio.run(run_load(port, p.pid, args.duration / args.rounds, scrapers, crowd))
+                    finally:
+                        end(p)
+                    runs.setdefault((scenario, which), []).append(r)
+                    print(f"{scenario} {which} round {rnd + 1}: {json.dumps(Stats.summary(_stats([r['load']])))}",
+                          flush=True)
     finally:
         end(sim)
         os.unlink(old_path)
         os.rmdir(tmp)
 
+    results: dict = {}
+    for (scenario, which), rs in runs.items():
+        out = _stats([r["load"] for r in rs]).summary()
+        out["server_threads_max"] = max(r["threads"] for r in rs)
+        out["missed_polls"] = sum(r["poll_errors"] for r in rs)
+        if scenario == "storm":
+            out["crowd_held_mean"] = round(statistics.mean(r["held"] for r in rs))
+            out["prometheus"] = _stats([r["probe"] for r in rs]).summary()
+        results[f"{scenario}/{which}"] = out
     print()
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (the load generator shares them)")
     print(f"{'scenario':9} {'server':6} {'answers':>8} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>9} {'timeouts':>8} "
           f"{'threads':>7} {'missed polls':>12}  status")
     for key, r in results.items():
         scenario, which = key.split("/")
         print(f"{scenario:9} {which:6} {r['answers']:8d} {r['p50_ms']:9.1f} {r['p99_ms']:9.1f} {r['max_ms']:9.1f} "
-              f"{r['timeouts']:8d} {r['server_threads_max']:7d} {r['poll_errors']:12.0f}  {r['by_status']}")
+              f"{r['timeouts']:8d} {r['server_threads_max']:7d} {r['missed_polls']:12.0f}  {r['by_status']}")
     for which in ("old", "new"):
-        pr = results[f"storm/{which}"].get("prometheus")
-        if pr:
-            print(f"Prometheus' own scrape (every 0.5 s, own process) during the storm, {which}: {json.dumps(pr)}")
+        pr = results[f"storm/{which}"]["prometheus"]
+        print(f"Prometheus' own scrape during the storm, {which}: {pr['answers']} answers, p50 {pr['p50_ms']:.1f} ms, "
+              f"max {pr['max_ms']:.1f} ms, {pr['by_status']}, timeouts {pr['timeouts']}")
     for scenario in ("storm", "polling"):
         o, n = results[f"{scenario}/old"], results[f"{scenario}/new"]
         print(f"{scenario}: old/new p50 {o['p50_ms'] / n['p50_ms']:.1f}x, p99 {o['p99_ms'] / n['p99_ms']:.1f}x, "
               f"max {o['max_ms'] / n['max_ms']:.1f}x, throughput new/old {n['answers'] / max(1, o['answers']):.1f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+
+
+def _stats(raws: list) -> Stats:
+    st = Stats()
+    for r in raws:
+        st.add(r)
+    return st
 
 
 if __name__ == "__main__":
