@@ -212,6 +212,17 @@ def test_client_allowed_sans(tmp_path, pki, published):
         c.close()
 
 
+def test_inline_pem_certificate_key_and_client_ca(tmp_path, pki, published):
+    def block(name):
+        return "|\n" + "".join("    " + line + "\n" for line in (pki.dir / name).read_text().splitlines())
+
+    path = web_file(tmp_path, f"tls_server_config:\n  cert: {block('server.crt')}  key: {block('server.key')}"
+                              f"  client_ca: {block('ca.crt')}  client_auth_type: RequireAndVerifyClientCert\n")
+    with serving(published, web=path) as srv:
+        with closing(https(srv, pki, "client")) as c:
+            assert request(c)[0].status == 200
+
+
 def _served_serial(srv, pki):
     host, port = srv.address
     with socket.create_connection((host, port), timeout=10) as raw:
