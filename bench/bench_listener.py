@@ -14,7 +14,8 @@ a third process, as vLLM is). The load comes from this process, on one asyncio l
 2. polling: 10 keep-alive scrapers while the sidecar polls 20 times a second.
 
 Reported: p50, p99 and max latency of /metrics, answers by status, timeouts (no answer within
-10 s), the server's thread count, the sidecar's missed polls (reads of vLLM that failed while the
+10 s), the server's thread count, its CPU time per answer (less sensitive to a busy machine than
+latency) and the CPU shares of server and load generator, the sidecar's missed polls (reads of vLLM that failed while the
 server hogged the GIL), and new/old ratios; in the storm also Prometheus' own scrape, one every
 0.5 s on a keep-alive connection from a process of its own. Absolute numbers depend on the machine
 (the load generator shares its cores); the ratios are the result. Not a test: nothing asserts.
@@ -146,6 +147,15 @@ def threads_of(pid: int) -> int:
     return -1
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 def old_server_source(rev: str) -> str:
     """server.py as it was at ``rev``, or the newest revision still built on http.server."""
     if rev:
@@ -265,6 +275,7 @@ async def run_load(port: int, pid: int, duration: float, scrapers: int, crowd: i
     probe, _ = spawn("--child", "probe", str(port), str(duration)) if crowd else (None, 0)
     threads = [threads_of(pid)]
     held_seen = [held[0]]
+    cpu0, own0 = cpu_seconds(pid), time.process_time()
     until = time.monotonic() + duration
 
     async def sample():
@@ -274,10 +285,12 @@ async def run_load(port: int, pid: int, duration: float, scrapers: int, crowd: i
             await asyncio.sleep(0.5)
 
     await asyncio.gather(sample(), *(scraper(port, until, stats) for _ in range(scrapers)))
+    cpu, own = cpu_seconds(pid) - cpu0, time.process_time() - own0
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    out = {"load": stats.raw(), "threads": max(threads), "held": statistics.mean(held_seen) if crowd else 0}
+    out = {"load": stats.raw(), "threads": max(threads), "held": statistics.mean(held_seen) if crowd else 0,
+           "cpu": cpu, "client_cpu": own, "seconds": duration}
     if probe is not None:
         out["probe"] = json.loads(probe.stdout.readline() or '{"lat": [], "status": {}}')
         end(probe)
@@ -359,6 +372,9 @@ def main() -> None:
         out = _stats([r["load"] for r in rs]).summary()
         out["server_threads_max"] = max(r["threads"] for r in rs)
         out["missed_polls"] = sum(r["poll_errors"] for r in rs)
+        out["server_cpu_share"] = sum(r["cpu"] for r in rs) / sum(r["seconds"] for r in rs)
+        out["client_cpu_share"] = sum(r["client_cpu"] for r in rs) / sum(r["seconds"] for r in rs)
+        out["server_cpu_ms_per_answer"] = 1000 * sum(r["cpu"] for r in rs) / max(1, out["answers"])
         if scenario == "storm":
             out["crowd_held_mean"] = round(statistics.mean(r["held"] for r in rs))
             out["prometheus"] = _stats([r["probe"] for r in rs]).summary()
@@ -366,11 +382,13 @@ def main() -> None:
     print()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (the load generator shares them)")
     print(f"{'scenario':9} {'server':6} {'answers':>8} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>9} {'timeouts':>8} "
-          f"{'threads':>7} {'missed polls':>12}  status")
+          f"{'threads':>7} {'missed polls':>12} {'CPU ms/answer':>13} {'server/client CPU':>17}  status")
     for key, r in results.items():
         scenario, which = key.split("/")
         print(f"{scenario:9} {which:6} {r['answers']:8d} {r['p50_ms']:9.1f} {r['p99_ms']:9.1f} {r['max_ms']:9.1f} "
-              f"{r['timeouts']:8d} {r['server_threads_max']:7d} {r['missed_polls']:12.0f}  {r['by_status']}")
+              f"{r['timeouts']:8d} {r['server_threads_max']:7d} {r['missed_polls']:12.0f} "
+              f"{r['server_cpu_ms_per_answer']:13.2f} {r['server_cpu_share']:8.2f}/{r['client_cpu_share']:.2f}  "
+              f"{r['by_status']}")
     for which in ("old", "new"):
         pr = results[f"storm/{which}"]["prometheus"]
         print(f"Prometheus' own scrape during the storm, {which}: {pr['answers']} answers, p50 {pr['p50_ms']:.1f} ms, "
