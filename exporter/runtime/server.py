@@ -36,6 +36,9 @@ The design, chosen for being simple and hard to starve:
   it, and at most ``max_requests`` may wait (node_exporter's ``--web.max-requests``): beyond
   that 503 with ``Retry-After``. So the limit bites exactly when bodies cannot be built fast
   enough, and answering from a ready body is never refused.
+- Nothing waits when nothing has to: a request whose body is ready (and whose password's
+  verdict is cached) is answered in the same loop step that read it; only a wait for bcrypt or
+  for an encoding becomes a task.
 - bcrypt runs on its own thread, one check at a time (as exporter-toolkit), and its verdicts are
   cached by a digest of user, hash and password, so a correct scrape costs one bcrypt check per
   password, and a crowd of wrong guesses (at most 32 waiting, then 503) never delays the encoder.
@@ -101,10 +104,6 @@ def make_registry(state: Callable[[], Published]) -> CollectorRegistry:
 
 
 # -- HTTP pieces ---------------------------------------------------------------------------------
-
-class _Busy(Exception):
-    """More than max_requests scrapes are waiting for a body."""
-
 
 class BadRequest(Exception):
     def __init__(self, code: int, msg: str) -> None:
@@ -279,17 +278,34 @@ class _BasicAuth:
         self._cache: "OrderedDict[bytes, Union[bool, asyncio.Future]]" = OrderedDict()
         self.waiting = 0
 
-    async def check(self, loop: asyncio.AbstractEventLoop, header: str,
-                    users: Mapping[str, bytes]) -> Optional[bool]:
-        """True, False, or None when too many checks are waiting."""
+    def _key(self, header: str, users: Mapping[str, bytes]) -> Optional[Tuple[bytes, bytes, bytes, bool]]:
         cred = basic_credentials(header) if header else None
         if cred is None:
-            return False
+            return None
         user, password = cred
         hashed = users.get(user)
         known = hashed is not None
         hashed = hashed if known else _FAKE_HASH
-        key = hashlib.sha256(b"\0".join((user.encode(), hashed, password))).digest()
+        return hashlib.sha256(b"\0".join((user.encode(), hashed, password))).digest(), password, hashed, known
+
+    def cached(self, header: str, users: Mapping[str, bytes]) -> Optional[bool]:
+        """The verdict when it needs no bcrypt check (no or unreadable credentials, or cached)."""
+        k = self._key(header, users)
+        if k is None:
+            return False
+        hit = self._cache.get(k[0])
+        if isinstance(hit, bool):
+            self._cache.move_to_end(k[0])
+            return hit and k[3]
+        return None
+
+    async def check(self, loop: asyncio.AbstractEventLoop, header: str,
+                    users: Mapping[str, bytes]) -> Optional[bool]:
+        """True, False, or None when too many checks are waiting."""
+        k = self._key(header, users)
+        if k is None:
+            return False
+        key, password, hashed, known = k
         hit = self._cache.get(key)
         if isinstance(hit, bool):
             self._cache.move_to_end(key)
@@ -689,6 +705,7 @@ class SidecarServer:
         self._conns: Dict[_Conn, None] = {}  # oldest first
         self._tasks: set = set()
         self._slots: Dict[str, _Slot] = {}
+        self._encoders: Dict[str, Tuple[Callable, str]] = {}
         self._bucket = _Bucket()
         self._process = ProcessCollector(namespace="vllm_sidecar", registry=None)
         self._listener = _ListenerCollector(self)
@@ -828,57 +845,96 @@ class SidecarServer:
             else:
                 conn.reply(503, b"starting\n", head_only=head_only)
         else:
-            self._spawn(self._guarded(conn, req, head_only))
+            try:
+                self._serve(conn, req, head_only)
+            except Exception:  # a collector bug must show as a 500, not kill the server
+                log.exception("serving %s failed", req.path)
+                conn.reply(500, b"building metrics failed\n", close=True)
 
-    async def _guarded(self, conn: _Conn, req: Request, head_only: bool) -> None:
-        try:
-            cfg = self.web.current()
-            if cfg.rate_interval > 0 and not self._bucket.take(cfg.rate_interval, cfg.rate_burst,
-                                                               self._loop.time()):  # type: ignore[union-attr]
-                self.rejected["rate_limit"] += 1
-                conn.reply(429, b"too many requests\n", head_only=head_only)
+    def _serve(self, conn: _Conn, req: Request, head_only: bool) -> None:
+        """``/metrics`` and ``/``: answered right here when nothing has to wait (the usual case: a
+        body is ready, a password's verdict is cached); otherwise a task waits for bcrypt or for
+        the body."""
+        cfg = self.web.current()
+        if cfg.rate_interval > 0 and not self._bucket.take(cfg.rate_interval, cfg.rate_burst,
+                                                           self._loop.time()):  # type: ignore[union-attr]
+            self.rejected["rate_limit"] += 1
+            conn.reply(429, b"too many requests\n", head_only=head_only)
+            return
+        if cfg.users:
+            verdict = self._auth.cached(req.headers.get("authorization", ""), cfg.users)  # type: ignore[union-attr]
+            if verdict is None:
+                self._spawn(self._serve_after_auth(conn, req, head_only, cfg.users))
                 return
-            if cfg.users:
-                ok = await self._auth.check(self._loop, req.headers.get("authorization", ""),  # type: ignore[union-attr]
-                                            cfg.users)
-                if ok is None:
-                    self.rejected["auth_busy"] += 1
-                    conn.reply(503, b"busy checking passwords, retry\n", headers=(("Retry-After", "1"),),
-                               head_only=head_only)
-                    return
-                if not ok:
-                    self.rejected["unauthorized"] += 1
-                    conn.reply(401, b"unauthorized\n", head_only=head_only, headers=(
-                        ("WWW-Authenticate", 'Basic realm="vllm-sidecar-exporter", charset="UTF-8"'),))
-                    return
-            if req.path == "/metrics":
-                await self._metrics(conn, req, head_only)
-            elif req.path == "/":
-                conn.reply(200, LANDING, head_only=head_only)
-            else:
-                conn.reply(404, b"not found\n", head_only=head_only)
+            if not self._authorized(conn, verdict, head_only):
+                return
+        self._route(conn, req, head_only)
+
+    async def _serve_after_auth(self, conn: _Conn, req: Request, head_only: bool, users) -> None:
+        try:
+            verdict = await self._auth.check(self._loop, req.headers.get("authorization", ""), users)  # type: ignore[union-attr]
+            if self._authorized(conn, verdict, head_only):
+                self._route(conn, req, head_only)
         except asyncio.CancelledError:
             raise
-        except Exception:  # a collector bug must show as a 500, not kill the server
+        except Exception:  # noqa: BLE001
             log.exception("serving %s failed", req.path)
             conn.reply(500, b"building metrics failed\n", close=True)
 
-    async def _metrics(self, conn: _Conn, req: Request, head_only: bool) -> None:
-        try:
-            body, ctype, gz = await self._body(req.headers.get("accept", ""),
-                                               accepts_gzip(req.headers.get("accept-encoding", "")))
-        except _Busy:
-            self.rejected["max_requests"] += 1
-            conn.reply(503, b"too many scrapes at once, retry\n", headers=(("Retry-After", "1"),),
+    def _authorized(self, conn: _Conn, verdict: Optional[bool], head_only: bool) -> bool:
+        if verdict is None:
+            self.rejected["auth_busy"] += 1
+            conn.reply(503, b"busy checking passwords, retry\n", headers=(("Retry-After", "1"),),
                        head_only=head_only)
-            return
-        headers = [("Vary", "Accept-Encoding")]
-        if gz:
-            headers.append(("Content-Encoding", "gzip"))
-        conn.reply(200, body, ctype, headers, head_only=head_only)
+            return False
+        if not verdict:
+            self.rejected["unauthorized"] += 1
+            conn.reply(401, b"unauthorized\n", head_only=head_only, headers=(
+                ("WWW-Authenticate", 'Basic realm="vllm-sidecar-exporter", charset="UTF-8"'),))
+            return False
+        return True
 
-    async def _body(self, accept: str, gz: bool) -> Tuple[bytes, str, bool]:
-        """The body for the current state, encoded and gzipped once per state and format.
+    def _route(self, conn: _Conn, req: Request, head_only: bool) -> None:
+        if req.path == "/metrics":
+            gz = accepts_gzip(req.headers.get("accept-encoding", ""))
+            e, ctype = self._pick(req.headers.get("accept", ""))
+            if e.fut.done():
+                self._send_body(conn, e, ctype, gz, head_only)
+            elif self.max_requests and self.inflight >= self.max_requests:
+                self.rejected["max_requests"] += 1
+                conn.reply(503, b"too many scrapes at once, retry\n", headers=(("Retry-After", "1"),),
+                           head_only=head_only)
+            else:
+                self._spawn(self._wait_for_body(conn, e, ctype, gz, head_only))
+        elif req.path == "/":
+            conn.reply(200, LANDING, head_only=head_only)
+        else:
+            conn.reply(404, b"not found\n", head_only=head_only)
+
+    async def _wait_for_body(self, conn: _Conn, e: "_Entry", ctype: str, gz: bool, head_only: bool) -> None:
+        self.inflight += 1
+        try:
+            await asyncio.shield(e.fut)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - answered below
+            pass
+        finally:
+            self.inflight -= 1
+        try:
+            self._send_body(conn, e, ctype, gz, head_only)
+        except Exception:  # noqa: BLE001
+            log.exception("serving /metrics failed")
+            conn.reply(500, b"building metrics failed\n", close=True)
+
+    def _send_body(self, conn: _Conn, e: "_Entry", ctype: str, gz: bool, head_only: bool) -> None:
+        plain, zipped = e.fut.result()  # raises what the encoding raised
+        headers = (("Vary", "Accept-Encoding"), ("Content-Encoding", "gzip")) if gz else (("Vary", "Accept-Encoding"),)
+        conn.reply(200, zipped if gz else plain, ctype, headers, head_only=head_only)
+
+    def _pick(self, accept: str) -> Tuple["_Entry", str]:
+        """The body to answer with now, and its content type, for the current state: built once
+        per state and format, and kept while fresh.
 
         A body whose encoding started less than BODY_MAX_AGE ago is served as it is; an older one
         or one of a previous state is encoded again, and while that runs (milliseconds; seconds
@@ -886,9 +942,14 @@ class SidecarServer:
         of scrapers never queues behind an encoding. Otherwise (the first scrape, scrapes further
         apart than that, an encoder that hangs) the scrape waits for the new body: those waits are
         the requests in flight that ``max_requests`` counts."""
-        loop, workers = self._loop, self._workers
-        assert loop is not None and workers is not None
-        encoder, ctype = choose_encoder(accept)
+        loop = self._loop
+        assert loop is not None
+        chosen = self._encoders.get(accept)
+        if chosen is None:
+            chosen = choose_encoder(accept)
+            if len(self._encoders) < 64:
+                self._encoders[accept] = chosen
+        encoder, ctype = chosen
         pub = self.state()
         now = loop.time()
         slot = self._slots.get(ctype)
@@ -896,24 +957,12 @@ class SidecarServer:
             slot = self._slots[ctype] = _Slot()
         ready = slot.ready
         if ready is not None and ready.pub is pub and now - ready.t < BODY_MAX_AGE:
-            e = ready
-        else:
-            if slot.pending is None:
-                self._start_encoding(slot, encoder, pub, now)
-            if ready is not None and now - ready.t < STALE_MAX:
-                e = ready
-            else:
-                e = slot.pending  # type: ignore[assignment]
-        if not e.fut.done():
-            if self.max_requests and self.inflight >= self.max_requests:
-                raise _Busy()
-            self.inflight += 1
-            try:
-                await asyncio.shield(e.fut)
-            finally:
-                self.inflight -= 1
-        plain, zipped = e.fut.result()
-        return (zipped if gz else plain), ctype, gz
+            return ready, ctype
+        if slot.pending is None:
+            self._start_encoding(slot, encoder, pub, now)
+        if ready is not None and now - ready.t < STALE_MAX:
+            return ready, ctype
+        return slot.pending, ctype  # type: ignore[return-value]
 
     def _start_encoding(self, slot: _Slot, encoder: Callable, pub: Published, now: float) -> None:
         e = _Entry(pub, now, self._workers.submit(self._loop, self._encode_both, encoder, pub))  # type: ignore[union-attr, arg-type]
