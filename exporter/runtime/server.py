@@ -691,7 +691,7 @@ class SidecarServer:
         self.state = state
         self.healthy = healthy
         self.ready = threading.Event()
-        self.registry = make_registry(state)
+        self.registry = make_registry(state)  # the whole registry, for callers; /metrics serves cached bodies
         self.web = web if isinstance(web, WebConfigWatcher) else WebConfigWatcher(web or "")
         self.tls = self.web.cfg.tls is not None
         self.max_requests = max_requests
