@@ -6,7 +6,7 @@ VENV ?= .venv
 VPY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run demo test venv deps rules bench detection clean
+.PHONY: run demo test venv deps rules bench bench-listener detection clean
 
 $(VPY): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -43,6 +43,9 @@ bench: $(VPY)
 
 detection: $(VPY)
 	$(VPY) -m exporter.harness.detection --out docs/detection.md
+
+bench-listener: $(VPY)
+	$(VPY) bench/bench_listener.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

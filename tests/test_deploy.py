@@ -271,6 +271,18 @@ def test_lock_pins_every_runtime_dependency():
     assert set(pins) == seen, f"pinned but unused: {set(pins) - seen}"
 
 
+def test_tls_scrape_examples_in_the_deployment_guide_validate():
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    section = text.split("### Scraping the sidecar over TLS", 1)[1].split("\n### ", 1)[0]
+    docs = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", section, re.S)]
+    monitors = [d for d in docs if d.get("kind") in ("PodMonitor", "ServiceMonitor")]
+    assert {d["kind"] for d in monitors} == {"PodMonitor", "ServiceMonitor"}
+    for d in monitors:
+        operator_validate(d)
+    web = next(d for d in docs if "tls_server_config" in d)
+    assert set(web) <= {"tls_server_config", "basic_auth_users", "http_server_config"}
+
+
 # -- the local stack ------------------------------------------------------------------------------
 
 def test_compose_stack_files_exist_and_configs_validate(tmp_path):

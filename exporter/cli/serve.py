@@ -25,7 +25,7 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
             kw["metavar"] = "|".join(f.choices)
         else:
             kw["metavar"] = f.key.split("_")[-1].upper()
-        p.add_argument(config_mod.flag_name(f.key), **kw)
+        p.add_argument(config_mod.flag_name(f.key), *config_mod.flag_aliases(f.key), **kw)
 
 
 def serve_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ Data flows one way, one module a step:
     signals                 pure derivations, clock passed in -> typed results
     state                   the immutable Published state the poll loop swaps in
     collectors              Published -> metric families, one collector per source
-    server                  /metrics, /healthz, /readyz
+    server, webconfig       /metrics, /healthz, /readyz; TLS and basic auth from --web.config.file
     sidecar, app            the poll loop; wiring it all together
 
 It imports nothing from ``exporter.pack``, ``exporter.harness`` or ``exporter.cli`` (a test

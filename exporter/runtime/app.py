@@ -31,6 +31,7 @@ from .fetch import PageFetcher
 from .logs import add_secret, setup
 from .server import SidecarServer
 from .sidecar import Sidecar
+from .webconfig import WebConfigWatcher
 
 PROG = "vllm-sidecar-exporter"
 
@@ -108,14 +109,31 @@ class _Signals:
         more = self._ignored_since.pop(name, 0)
         self._ignored_last[name] = now
         why = ("a write to a connection the peer closed; the write fails and is handled there"
-               if name == "SIGPIPE" else "SIGHUP re-reads the token file; SIGTERM, SIGINT, SIGQUIT stop")
+               if name == "SIGPIPE" else "SIGHUP re-reads the token file and the web config; SIGTERM, SIGINT, "
+               "SIGQUIT stop")
         log.info("%s received: ignored (%s)%s", name, why,
                  f"; {more} more since the last line" if more else "", extra={"fields": {"signal": name}})
+
+
+def _listener_summary(web: WebConfigWatcher) -> str:
+    cfg = web.cfg
+    if not web.enabled:
+        return "no web config"
+    bits = [f"TLS, client_auth_type {cfg.tls.client_auth}" if cfg.tls else "no TLS",
+            f"basic auth for {len(cfg.users)} user(s)" if cfg.users else "no basic auth"]
+    return ", ".join(bits)
 
 
 def run_sidecar(cfg: Config, env: Mapping[str, str], stop: Optional[threading.Event] = None,
                 nvml=None, on_ready=None) -> int:
     log = setup(cfg.log_format, cfg.log_level)
+    try:  # checked before anything starts: a bad web config is exit 2 with one line
+        web = WebConfigWatcher(cfg.web_config_file)
+    except ConfigError as exc:
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        return 2
+    for note in web.cfg.notes:
+        log.warning("web config %s: %s", cfg.web_config_file, note)
     add_secret(cfg.vllm_bearer_token)
     in_main = threading.current_thread() is threading.main_thread()
     if cfg.vllm_bearer_token and in_main and _token_on_command_line(sys.argv):
@@ -135,7 +153,9 @@ def run_sidecar(cfg: Config, env: Mapping[str, str], stop: Optional[threading.Ev
     sidecar = Sidecar(cfg, client.fetch, gpu, page_bytes=lambda: client.last_bytes)
     host, port = cfg.listen_host_port
     try:
-        server = SidecarServer(host, port, lambda: sidecar.published, sidecar.healthy)
+        server = SidecarServer(host, port, lambda: sidecar.published, sidecar.healthy, web=web,
+                               max_requests=cfg.web_max_requests, max_connections=cfg.web_max_connections,
+                               header_timeout=cfg.web_header_timeout, idle_timeout=cfg.web_idle_timeout)
     except OSError as exc:
         sys.stderr.write(f"{PROG}: error: listen: cannot serve on {cfg.listen}: {exc.strerror or exc}\n")
         return 2
@@ -148,9 +168,9 @@ def run_sidecar(cfg: Config, env: Mapping[str, str], stop: Optional[threading.Ev
         poller = threading.Thread(target=sidecar.run, args=(stop,), name="poll", daemon=True)
         poller.start()
         h, p = server.address
-        log.info("serving on http://%s:%d/metrics, reading %s every %gs (window %gs, gpu %s)", h, p,
-                 client.safe_url, cfg.poll_interval, cfg.window, "on" if gpu else "off",
-                 extra={"fields": {"version": __version__}})
+        log.info("serving on %s://%s:%d/metrics (%s), reading %s every %gs (window %gs, gpu %s)", server.scheme,
+                 f"[{h}]" if ":" in h else h, p, _listener_summary(web), client.safe_url, cfg.poll_interval,
+                 cfg.window, "on" if gpu else "off", extra={"fields": {"version": __version__}})
         if on_ready:
             on_ready(server, sidecar)
         why = ""
@@ -167,6 +187,7 @@ def run_sidecar(cfg: Config, env: Mapping[str, str], stop: Optional[threading.Ev
                 ok, what = client.reload_token()
                 log.log(logging.INFO if ok else logging.WARNING, "%s: %s", name, what,
                         extra={"fields": {"signal": name}})
+                web.force()  # and --web.config.file now (it is also re-read when it changes)
             else:
                 signals.ignored(log, name)
         log.info("stopping%s", why)

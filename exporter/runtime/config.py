@@ -15,6 +15,7 @@ the command line turns it into exit status 2.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -43,6 +44,7 @@ class Field:
     secret: bool = False
     flag: bool = True
     slo: str = ""  # the SLO key this field's default comes from ("" : the default above)
+    spelling: str = ""  # the flag's spelling when it is not --key-with-dashes (exporter-toolkit's --web.*)
 
 
 FIELDS: Tuple[Field, ...] = (
@@ -50,7 +52,22 @@ FIELDS: Tuple[Field, ...] = (
           "vLLM base URL; `/metrics` is appended when the URL has no path, and an OpenAI base URL "
           "ending in `/v1` is read at `/metrics` instead (vLLM serves its metrics at the root); "
           "query values and passwords in it are never logged"),
-    Field("listen", "str", "0.0.0.0:9181", "where the sidecar serves /metrics, /healthz, /readyz"),
+    Field("listen", "str", "0.0.0.0:9181", "where the sidecar serves /metrics, /healthz, /readyz; "
+          "IPv6 in brackets: `[::]:9181` (dual-stack where the OS allows), `[::1]:9181`"),
+    Field("web_config_file", "str", "", "exporter-toolkit web configuration: TLS (certificate, key, "
+          "client CA), bcrypt basic-auth users, response headers; re-read when it or a file it names "
+          "changes (see Securing the listener)", spelling="--web.config.file"),
+    Field("web_max_requests", "int", 40, "most /metrics scrapes in progress at once (one answered "
+          "from a body already built takes none); beyond it 503 with Retry-After (0: no limit)", lo=0, hi=100_000, spelling="--web.max-requests"),
+    Field("web_max_connections", "int", 1000, "most open connections; when full, a new one pushes out "
+          "the oldest that has not sent a request yet, then the oldest idle one", lo=8, hi=1_000_000,
+          spelling="--web.max-connections"),
+    Field("web_header_timeout", "float", 10.0, "seconds a connection has to finish its TLS handshake and "
+          "send a complete request line and headers", lo=0, hi=600, lo_open=True,
+          spelling="--web.header-timeout"),
+    Field("web_idle_timeout", "float", 120.0, "seconds an idle keep-alive connection stays open (longer "
+          "than the scrape interval, so Prometheus keeps its connection)", lo=0, hi=3600, lo_open=True,
+          spelling="--web.idle-timeout"),
     Field("poll_interval", "float", 2.0, "seconds between reads of vLLM and the GPUs", lo=0.05, hi=300),
     Field("window", "float", None, "sliding window of every derived rate, ratio and quantile (s)",
           lo=1, hi=3600, slo="windows.sidecar"),
@@ -116,6 +133,11 @@ FIELD_BY_KEY: Dict[str, Field] = {f.key: f for f in FIELDS}
 class Config:
     vllm_url: str
     listen: str
+    web_config_file: str
+    web_max_requests: int
+    web_max_connections: int
+    web_header_timeout: float
+    web_idle_timeout: float
     poll_interval: float
     window: float
     gpu: str
@@ -178,7 +200,17 @@ def env_name(key: str) -> str:
 
 
 def flag_name(key: str) -> str:
+    spec = FIELD_BY_KEY.get(key)
+    if spec is not None and spec.spelling:
+        return spec.spelling
     return "--" + key.replace("_", "-")
+
+
+def flag_aliases(key: str) -> Tuple[str, ...]:
+    """Other spellings the command line takes for a key: ``--web-config-file`` beside
+    exporter-toolkit's ``--web.config.file``."""
+    plain = "--" + key.replace("_", "-")
+    return (plain,) if flag_name(key) != plain else ()
 
 
 def metrics_url(url: str) -> str:
@@ -262,13 +294,27 @@ def parse_token(raw: bytes) -> str:
 
 
 def split_listen(value: str) -> Tuple[str, int]:
-    m = re.fullmatch(r"\[?([^\]]*?)\]?:(\d+)", value.strip())
-    if not m:
-        raise ConfigError(f"listen: {value!r} is not HOST:PORT")
+    """``HOST:PORT``, ``:PORT`` (every IPv4 address) or ``[IPV6]:PORT`` -> (host, port); the host
+    comes back without brackets (``::`` listens on every address, IPv4 too where the OS allows)."""
+    v = value.strip()
+    m = re.fullmatch(r"\[([^\[\]]*)\]:(\d+)", v)
+    if m:
+        host = m.group(1)
+        try:
+            ipaddress.IPv6Address(host.split("%", 1)[0])
+        except ValueError:
+            raise ConfigError(f"listen: {host!r} in brackets is not an IPv6 address") from None
+    else:
+        m = re.fullmatch(r"([^\[\]:]*):(\d+)", v)
+        if not m:
+            if v.count(":") > 1 and "[" not in v:
+                raise ConfigError(f"listen: {value!r}: an IPv6 address needs brackets, e.g. [::1]:9181")
+            raise ConfigError(f"listen: {value!r} is not HOST:PORT or [IPV6]:PORT")
+        host = m.group(1) or "0.0.0.0"
     port = int(m.group(2))
     if not 0 <= port <= 65535:
         raise ConfigError(f"listen: port {port} out of range 0-65535")
-    return (m.group(1) or "0.0.0.0"), port
+    return host, port
 
 
 def _convert(spec: Field, raw: Any, origin: str) -> Any:
