@@ -157,6 +157,7 @@ SCHEMA: Dict[str, Check] = {
     "selector": _selector,
     "replica_labels": _label_names,
     "runbook_base_url": _text,
+    "labels": _label_map,
     "windows.rate": _duration,
     "windows.sustain": _duration,
     "windows.sidecar": _duration,
@@ -179,6 +180,7 @@ SCHEMA: Dict[str, Check] = {
     "kv_cache.warn": _number(0, 1, open_lo=True),
     "kv_cache.critical": _number(0, 1, open_lo=True),
     "kv_cache.held_back_share": _number(0, 1, open_lo=True),
+    "kv_cache.batch_room": _number(0, 1, open_lo=True),
     "long_prompt.tokens": _number(1),
     "long_prompt.surge_factor": _number(1),
     "long_prompt.min_per_second": _number(0),
@@ -252,7 +254,7 @@ def _merge(base: Dict[str, Any], over: Mapping[str, Any], path: str = "") -> Dic
             if path == "alerts.":
                 raise ConfigError(f"{where}: no such alert rule")
             raise ConfigError(f"{where}: unknown key in the SLO file")
-        if isinstance(base[k], dict) and path != "alerts.":
+        if isinstance(base[k], dict) and path != "alerts." and k != "labels":
             if not isinstance(v, dict):
                 raise ConfigError(f"{where}: expected a mapping")
             out[k] = _merge(base[k], v, where + ".")

@@ -8,8 +8,6 @@ from exporter.harness import pagetransform as pt
 from exporter.runtime.parser import parse
 from conftest import ROOT, VLLM_PAGES
 
-_FUNCS = {"sum", "max", "min", "avg", "count", "rate", "increase", "deriv", "histogram_quantile", "quantile",
-          "max_over_time", "avg_over_time", "label_replace", "group", "clamp_min", "abs"}
 _KEYWORDS = {"by", "on", "without", "and", "or", "unless", "offset", "group_left", "group_right", "ignoring", "bool"}
 
 
@@ -24,7 +22,7 @@ def metric_names(expr: str) -> set:
     for m in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", e):
         tok = m.group(0)
         rest = e[m.end():].lstrip()
-        if tok in _KEYWORDS or (tok in _FUNCS and rest.startswith("(")):
+        if tok in _KEYWORDS or rest.startswith("("):  # a function or aggregation, never a metric
             continue
         names.add(tok)
     return names
@@ -55,7 +53,10 @@ def sidecar_output_names():
     sc.poll_once()
     t[0] += 10
     pub = sc.poll_once()  # the baseline learned at the poll before shows now
-    return {s.name for f in build_families(pub) for s in f.samples} | {"up"}
+    from exporter.runtime.server import make_registry
+
+    served = {s.name for f in make_registry(lambda: pub).collect() for s in f.samples}  # with process_*
+    return {s.name for f in build_families(pub) for s in f.samples} | served | {"up"}
 
 
 

@@ -93,9 +93,15 @@ def test_structure():
                 assert t["datasource"]["uid"] == "${datasource}"
 
 
-def test_alert_panels_link_to_runbooks():
-    linked = set()
+def test_alert_panels_link_to_runbooks(tmp_path):
+    """With a runbook URL in the SLO, alert panels link to the runbooks; without one (the default),
+    no link points nowhere."""
     for d in committed().values():
+        assert not any(p.get("links") for p in d["panels"]), "a runbook link without a runbook URL"
+    f = tmp_path / "slo.yaml"
+    f.write_text("runbook_base_url: https://runbooks.example.org/vllm\n")
+    linked = set()
+    for d in (json.loads(t) for t in dash_mod.render_all(load_slo(str(f))).values()):
         for p in d["panels"]:
             for link in p.get("links", []):
                 assert link["url"].endswith(".md")

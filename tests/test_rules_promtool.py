@@ -58,15 +58,16 @@ def old_release(usage, waiting, running):
 
 
 CASES["VLLMKVCacheExhausted"] = [
-    # full cache with requests waiting for capacity at every evaluation of the 2m window, then 30s
-    case(kv_series(0.97, capacity=3), [quiet(1, "VLLMKVCacheExhausted"),
-                                         at(3, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "97%"))]),
+    # full cache with requests waiting for capacity at every evaluation (the value: the share of
+    # the window's evaluations holding requests back); pending at 0, firing 30s later
+    case(kv_series(0.97, capacity=3), [quiet(0, "VLLMKVCacheExhausted"),
+                                         at(3, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "100%"))]),
     # full cache and preempting (no waits)
-    case(kv_series(0.98, preempt_per_min=2), [at(10, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "98%"))]),
+    case(kv_series(0.98, preempt_per_min=2), [at(10, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "100%"))]),
     # the real saw-tooth: usage never stays above 0.95, the capacity waits are steady: fires
     case([series("vllm:kv_cache_usage_perc", V, gauge(sawtooth, N)),
           series("vllm:num_requests_waiting_by_reason", {**V, "reason": "capacity"}, gauge(lambda m: 7 + m % 5, N))],
-         [at(6, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "97%"))]),
+         [at(6, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "100%"))]),
     # busy but healthy: full cache, nobody waiting for capacity, no preemptions or rejections
     case(kv_series(0.97, deferred=2), [quiet(20, "VLLMKVCacheExhausted")]),
     # one scrape with a request waiting for capacity is not "held back": quiet
@@ -77,7 +78,7 @@ CASES["VLLMKVCacheExhausted"] = [
     case(kv_series(0.80, capacity=5), [quiet(20, "VLLMKVCacheExhausted")]),
     # older vLLM: requests wait while the batch runs below its peak: only the cache holds them
     case(old_release(lambda m: 0.99, lambda m: 4, lambda m: 32 if m < 10 else 20),
-         [quiet(10, "VLLMKVCacheExhausted"), at(14, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "99%"))]),
+         [quiet(10, "VLLMKVCacheExhausted"), at(14, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "100%"))]),
     # older vLLM: requests wait behind a full batch (at its peak): a queue, not the cache: quiet
     case(old_release(lambda m: 0.99, lambda m: 4, lambda m: 32), [quiet(m, "VLLMKVCacheExhausted") for m in (10, 20, 30)]),
 ]

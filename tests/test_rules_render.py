@@ -105,3 +105,47 @@ def test_every_metric_a_rule_reads_exists_in_real_output():
     # and the checker itself sees the names it should
     assert {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm_sidecar_gpu_busy_low_throughput",
             "http_requests_total", "vllm:request_prompt_tokens_bucket"} <= used
+
+
+def test_every_slo_override_takes_effect(tmp_path):
+    """Per alert: enabled, severity, for, keep_firing_for, extra labels and annotations; for every
+    rule: extra labels; a runbook URL. Each shows in the rendered files."""
+    f = tmp_path / "slo.yaml"
+    f.write_text(
+        "runbook_base_url: https://wiki.example.org/llm/runbooks/\n"
+        "labels: {team: llm-serving}\n"
+        "alerts:\n"
+        "  VLLMPrefixCacheHitRatioLow: {enabled: false}\n"
+        "  VLLMTTFTHigh: {severity: critical, for: 7m, keep_firing_for: 20m, labels: {pager: primary},\n"
+        "                 annotations: {dashboard: https://grafana.example.org/d/vllm-overview}}\n")
+    slo = load_slo(str(f))
+    groups = yaml.safe_load(rules_mod.render_plain(slo))["groups"]
+    rules = groups[0]["rules"]
+    alerts = {r["alert"]: r for r in rules if "alert" in r}
+    assert "VLLMPrefixCacheHitRatioLow" not in alerts
+    t = alerts["VLLMTTFTHigh"]
+    assert (t["for"], t["keep_firing_for"]) == ("7m", "20m")
+    assert t["labels"] == {"severity": "critical", "team": "llm-serving", "pager": "primary"}
+    assert t["annotations"]["dashboard"] == "https://grafana.example.org/d/vllm-overview"
+    assert t["annotations"]["runbook_url"] == "https://wiki.example.org/llm/runbooks/VLLMTTFTHigh.md"
+    assert "runbook" not in t["annotations"]  # the URL is there: no steps in the alert
+    assert all(r["labels"]["team"] == "llm-serving" for r in rules)  # recording rules too
+    assert alerts["VLLMKVCacheExhausted"]["labels"] == {"severity": "critical", "team": "llm-serving"}
+    # the runbook says what the SLO says
+    book = rules_mod.rendered_files(slo)["docs/runbooks/VLLMTTFTHigh.md"]
+    assert "**Severity:** critical" in book and "7 minutes" in book and "20 minutes" in book
+
+
+@pytest.mark.parametrize("body,needle", [
+    ("alerts: {VLLMTTFTHigh: {enabled: maybe}}\n", "alerts.VLLMTTFTHigh.enabled"),
+    ("alerts: {VLLMTTFTHigh: {severity: page}}\n", "alerts.VLLMTTFTHigh.severity"),
+    ("alerts: {VLLMTTFTHigh: {labels: {bad-name: x}}}\n", "alerts.VLLMTTFTHigh.labels.bad-name"),
+    ("labels: {team: [a, b]}\n", "labels.team"),
+    ("alerts: {VLLMTTFTHigh: {keep_firing_for: forever}}\n", "alerts.VLLMTTFTHigh.keep_firing_for"),
+])
+def test_bad_overrides_are_one_line_errors(tmp_path, body, needle):
+    f = tmp_path / "slo.yaml"
+    f.write_text(body)
+    with pytest.raises(ConfigError) as e:
+        load_slo(str(f))
+    assert needle in str(e.value) and "\n" not in str(e.value)

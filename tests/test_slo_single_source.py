@@ -18,16 +18,18 @@ CHANGED = """
 selector: 'namespace="prod"'
 replica_labels: [cluster, namespace, pod]
 runbook_base_url: https://runbooks.example.org/llm
-windows: {rate: 4m, sustain: 90s, sidecar: 45s, queue_growth: 7m, hardware_errors: 13m, target_seen: 2h}
+windows: {rate: 4m, sustain: 90s, sidecar: 45s, queue_growth: 7m, hardware_errors: 13m, target_seen: 2h,
+          startup: 19m, held_back: 3m, batch_peak: 20h, baseline: 36h, baseline_offset: 25m}
+labels: {team: llm-serving}
 objectives: {ttft_mean_seconds: 1.25, ttft_p95_seconds: 2.25, output_tokens_per_second: 40, availability: 0.9975}
 availability_sli: engine
 burn_rates:
   page: [{long: 2h, short: 7m, factor: 13}, {long: 8h, short: 40m, factor: 4.5}]
   ticket: [{long: 4d, short: 9h, factor: 1.5}]
-kv_cache: {warn: 0.87, critical: 0.93}
-long_prompt: {tokens: 7000, surge_factor: 4, surge_baseline: 2d, surge_baseline_offset: 20m, min_per_second: 0.07}
+kv_cache: {warn: 0.87, critical: 0.93, held_back_share: 0.8, batch_room: 0.85}
+long_prompt: {tokens: 7000, surge_factor: 4, min_per_second: 0.07}
 queue: {min_waiting: 12}
-prefix_cache: {min_hit_ratio: 0.35}
+prefix_cache: {min_hit_ratio: 0.35, fleet_factor: 0.55, warmup: 50m}
 error_ratio: {max: 0.04}
 outlier: {throughput_factor: 0.45, ttft_factor: 2.5, min_replicas: 4}
 gpu_busy_low: {busy_utilization: 0.85, low_throughput_fraction: 0.35, throughput_floor: 12,
@@ -45,7 +47,7 @@ NOT_SLO = re.compile(r'quantile="[0-9.]+"|quantile: \'[0-9.]+\'|histogram_quanti
 
 def _changed_slo(tmp_path):
     text = CHANGED + "alerts:\n" + "".join(
-        f"  {name}: {{for: {41 + i}m}}\n" for i, name in enumerate(defaults()["alerts"]))
+        f"  {name}: {{for: {41 + i}m, keep_firing_for: {71 + i}m}}\n" for i, name in enumerate(defaults()["alerts"]))
     f = tmp_path / "slo.yaml"
     f.write_text(text)
     return f
@@ -81,8 +83,9 @@ def _default_forms():
             elif isinstance(v, str) and re.fullmatch(r"\d+[smhd]", v):
                 duration(f"{sec}.{k}", v)
     for name, s in d["alerts"].items():
-        if s["for"] != "0m":
-            duration(f"alerts.{name}.for", s["for"])
+        for key in ("for", "keep_firing_for"):
+            if s.get(key, "0m") not in ("0m", "0s"):
+                duration(f"alerts.{name}.{key}", s[key])
     for kind in ("page", "ticket"):
         for i, pair in enumerate(d["burn_rates"][kind]):
             duration(f"burn_rates.{kind}.{i}.long", pair["long"])
@@ -90,7 +93,8 @@ def _default_forms():
             forms[f"burn_rates.{kind}.{i}.factor"] = {f"{pair['factor']:g}x", f"{pair['factor']:g} times"}
     forms["gpu.fatal_xids"] = {"|".join(str(x) for x in d["gpu"]["fatal_xids"])}
     forms["replica_labels"] = {"namespace_pod_model", "by (namespace, pod,"}
-    forms["runbook_base_url"] = {d["runbook_base_url"]}
+    if d["runbook_base_url"]:
+        forms["runbook_base_url"] = {d["runbook_base_url"]}
     forms["long_prompt.tokens"] |= {'le="5000.0"', "4,000"}
     return forms
 
@@ -116,7 +120,7 @@ def test_the_changed_values_reach_every_file(tmp_path):
     rules = files["rules/vllm.rules.yml"]
     assert "cluster_namespace_pod_model:vllm_generation_tokens:rate4m" in rules
     assert "cluster_namespace_model:vllm_availability_errors:ratio_rate2h" in rules
-    assert 'xid=~"31|43"' in rules and "[13m]" in rules and "[2h]" in rules and "offset 20m" in rules
+    assert 'xid=~"31|43"' in rules and "[13m]" in rules and "[2h]" in rules and "[36h] offset 25m" in rules
     assert "https://runbooks.example.org/llm/VLLMTTFTHigh.md" in rules
     books = "".join(t for rel, t in files.items() if rel.startswith("docs/runbooks/"))
     for needle in ("rate4m", "90s", "2.25 s", "0.93", "7 minutes", "13x", "99.75%"):

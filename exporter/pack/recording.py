@@ -22,10 +22,11 @@ class Recording:
     expr: str
     labels: Dict[str, str] = field(default_factory=dict)
 
-    def as_rule(self) -> Dict[str, object]:
+    def as_rule(self, common: Dict[str, str] = None) -> Dict[str, object]:
         r: Dict[str, object] = {"record": self.record, "expr": self.expr}
-        if self.labels:
-            r["labels"] = dict(self.labels)
+        labels = {**(common or {}), **self.labels}
+        if labels:
+            r["labels"] = labels
         return r
 
 
@@ -76,7 +77,7 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         Recording(cap,
                   f"sum by ({by}) (vllm:num_requests_waiting_by_reason{s(CAPACITY)})\n"
                   f"or\n(\n  {waiting} > 0\n  and on ({by})\n"
-                  f"  ({running} < 0.9 * max_over_time({running}[{c.windows['batch_peak']}]))\n)\n"
+                  f"  ({running} < {c.slo['kv_cache']['batch_room']} * max_over_time({running}[{c.windows['batch_peak']}]))\n)\n"
                   f"or\n{waiting} * 0"),
         # 1 at an evaluation where requests are held back by the cache: waiting for its capacity,
         # preempted, or rejected; 0 otherwise (the KV alert averages it over a window)

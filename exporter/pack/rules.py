@@ -28,7 +28,7 @@ def render_groups(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
     values; across two groups it could read the previous interval's (and promtool's results would
     depend on which group ran first)."""
     c = Ctx(slo)
-    rules = [r.as_rule() for r in recording_rules(c)] + alert_rules(c)
+    rules = [r.as_rule(slo["labels"]) for r in recording_rules(c)] + alert_rules(c)
     return [{"name": GROUP, "rules": rules}]
 
 

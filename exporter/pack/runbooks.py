@@ -125,7 +125,29 @@ def template(name: str) -> str:
     return resources.files("exporter.pack").joinpath(TEMPLATES, name + ".md").read_text(encoding="utf-8")
 
 
+def act_steps(slo: Mapping[str, Any]) -> Dict[str, str]:
+    """Per alert, its runbook's "Act" section as plain lines: what an alert carries in its
+    ``runbook`` annotation when there is no runbook URL to link to."""
+    out = {}
+    for rel, text in render_runbooks(slo).items():
+        name = rel.rsplit("/", 1)[-1][:-3]
+        section = text.split("## Act", 1)[1] if "## Act" in text else ""
+        section = section.split("\n## ", 1)[0]
+        lines = [ln.strip() for ln in section.strip().splitlines() if ln.strip()]
+        out[name] = "\n".join(lines)
+    return out
+
+
 def render_runbooks(slo: Mapping[str, Any]) -> Dict[str, str]:
     """``docs/runbooks/<Alert>.md`` -> text, for every alert."""
-    r = _Renderer(slo)
-    return {f"{OUT_DIR}/{name}.md": r.render(name, template(name)) for name in template_names()}
+    key = id(slo), repr(slo)
+    got = _CACHE.get(key)
+    if got is None:
+        r = _Renderer(slo)
+        got = _CACHE[key] = {f"{OUT_DIR}/{name}.md": r.render(name, template(name)) for name in template_names()}
+        while len(_CACHE) > 8:
+            _CACHE.pop(next(iter(_CACHE)))
+    return dict(got)
+
+
+_CACHE: Dict[Any, Dict[str, str]] = {}

@@ -51,16 +51,23 @@ def all_alerts(c: Ctx) -> List[Alert]:
 
 
 def runbook_url(slo: Mapping[str, Any], name: str) -> str:
-    return f"{slo['runbook_base_url'].rstrip('/')}/{name}.md"
+    """``<runbook_base_url>/<Alert>.md``; without a base URL, the runbook's path in this repository."""
+    base = slo["runbook_base_url"].rstrip("/")
+    return f"{base}/{name}.md" if base else f"docs/runbooks/{name}.md"
 
 
-def finish(a: Alert, slo: Mapping[str, Any]) -> Dict[str, Any]:
-    """The rule as Prometheus reads it, with everything the SLO file says about it."""
+def finish(a: Alert, slo: Mapping[str, Any], steps: Mapping[str, str]) -> Dict[str, Any]:
+    """The rule as Prometheus reads it, with everything the SLO file says about it: its for and
+    keep_firing_for, severity, labels (the SLO's common ones, then this alert's), annotations and
+    its runbook (a link, plus the runbook's steps when no runbook URL is configured)."""
     settings = slo["alerts"].get(a.key)
     if settings is None:
         raise KeyError(f"alert rule {a.key} has no entry under alerts: in the SLO defaults")
-    labels = {"severity": settings.get("severity", a.severity), **a.labels, **settings.get("labels", {})}
+    labels = {"severity": settings.get("severity", a.severity), **a.labels, **slo["labels"],
+              **settings.get("labels", {})}
     annotations = {"summary": a.summary, "description": a.description, "runbook_url": runbook_url(slo, a.name)}
+    if not slo["runbook_base_url"] and steps.get(a.name):
+        annotations["runbook"] = steps[a.name]
     annotations.update(settings.get("annotations", {}))
     rule: Dict[str, Any] = {"alert": a.name, "expr": a.expr, "for": settings["for"]}
     if "keep_firing_for" in settings:
@@ -74,4 +81,9 @@ def alert_rules(c: Ctx) -> List[Dict[str, Any]]:
     alerts = all_alerts(c)
     keys = [a.key for a in alerts]
     assert len(keys) == len(set(keys)), "two alert rules share a key"
-    return [finish(a, c.slo) for a in alerts if c.slo["alerts"][a.key].get("enabled", True)]
+    steps = {}
+    if not c.slo["runbook_base_url"]:
+        from ..runbooks import act_steps
+
+        steps = act_steps(c.slo)
+    return [finish(a, c.slo, steps) for a in alerts if c.slo["alerts"][a.key].get("enabled", True)]

@@ -262,7 +262,7 @@ class Builder:
         }
         if p.transformations:
             out["transformations"] = list(p.transformations)
-        if p.runbooks:
+        if p.runbooks and self.runbook_base:  # no runbook URL configured: no link to nowhere
             out["links"] = [link(f"Runbook: {a}", self.runbook(a), f"What to do when {a} fires")
                             for a in p.runbooks]
         return out
