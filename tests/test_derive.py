@@ -5,7 +5,7 @@ import math
 import pytest
 
 from exporter.harness import pagetransform as pt
-from exporter.runtime.signals import Baseline, Signals, busy_low, derive, engine_stalled, kv_pressure_level, percentile, seconds_to_full
+from exporter.runtime.signals import HORIZON_SECONDS, MIN_SLOPE_PER_SECOND, Baseline, Signals, busy_low, derive, engine_stalled, kv_pressure_level, percentile, seconds_to_full
 from exporter.runtime.windows import count_at_or_below, histogram_quantile
 from helpers import cfg, names, points, sample_value, snap, value
 
@@ -209,7 +209,19 @@ def test_kv_pressure_levels(after_load):
 def test_seconds_to_full():
     assert seconds_to_full([(0, 0.5), (10, 0.6), (20, 0.7)]) == pytest.approx(30.0)
     assert seconds_to_full([(0, 0.7), (10, 0.6)]) is None
-    assert seconds_to_full([(0, 0.9), (10, 1.0)]) == 0.0
+    # already full: nothing to predict (never "full in 0 s")
+    assert seconds_to_full([(0, 0.9), (10, 1.0)]) is None
+    # a page that never changes, or float noise: no trend
+    assert seconds_to_full([(0, 0.3), (2, 0.3), (4, 0.3 + 1e-15)]) is None
+    # below the minimum slope (0.0001/s): not a real rising trend
+    assert seconds_to_full([(0, 0.30), (60, 0.30 + 0.9 * MIN_SLOPE_PER_SECOND * 60)]) is None
+    # rising, but full further away than the horizon
+    slow = 1.5 * MIN_SLOPE_PER_SECOND
+    assert (1 - 0.2) / slow > HORIZON_SECONDS
+    assert seconds_to_full([(0, 0.2 - 60 * slow), (60, 0.2)]) is None
+    # idle (no request running): nothing is filling the cache
+    assert seconds_to_full([(0, 0.5), (10, 0.6), (20, 0.7)], running=0) is None
+    assert seconds_to_full([(0, 0.5), (10, 0.6), (20, 0.7)], running=3) == pytest.approx(30.0)
 
 
 def test_stall_needs_running_requests_and_no_tokens(after_load):
@@ -257,9 +269,22 @@ def test_baseline_forgets_beyond_its_horizon():
     assert b.busy_seconds(M) <= 110
 
 
-def test_fewer_than_two_snapshots_derive_nothing(after_load):
+def test_first_read_gives_the_gauges_and_nothing_else(after_load):
     s = snap(after_load, T0)
-    assert derive([s], [s], T0, cfg()) == Signals()
+    pts = derive([s], [s], T0, cfg())
+    assert value(pts, "kv_cache_usage_ratio", model_name=M) == sample_value(after_load, "vllm:kv_cache_usage_perc")
+    assert value(pts, "requests_running", model_name=M) == sample_value(after_load, "vllm:num_requests_running")
+    assert value(pts, "requests_waiting", model_name=M) == sample_value(after_load, "vllm:num_requests_waiting")
+    assert value(pts, "requests_waiting_for_capacity", model_name=M) == sample_value(
+        after_load, "vllm:num_requests_waiting_by_reason", reason="capacity")
+    assert sample_value(after_load, "vllm:num_preemptions_total") == 0  # never preempted: the level is known
+    assert value(pts, "kv_cache_pressure_level", model_name=M) == 0
+    assert names(pts) == {"kv_cache_usage_ratio", "kv_cache_pressure_level", "requests_running",
+                          "requests_waiting", "requests_waiting_for_capacity"}
+    # preemptions since vLLM started, maybe inside the window, maybe not: one page cannot say
+    preempted = snap(pt.set_values(after_load, {"vllm:num_preemptions_total": 3}), T0)
+    assert "kv_cache_pressure_level" not in names(derive([preempted], [preempted], T0, cfg()))
+    assert derive([], [], T0, cfg()) == Signals()
 
 
 def _with_spec(text, drafts, accepted):
