@@ -113,6 +113,8 @@ class Route(NamedTuple):
     engine: str
     extra: str
     le: float  # bucket bound (NaN when not a bucket)
+    lo: float  # the value must lie in [lo, hi] (NaN and infinities never do)
+    hi: float
 
 
 # Where each name leads: sample name -> (input, role, priority)
@@ -129,7 +131,9 @@ for _inp in INPUTS:
             if _inp.kind == COUNTER and _name.endswith("_total"):
                 _ROUTES[_name[: -len("_total")] + "_created"] = (_inp, "created", _prio)
 
-_START = Route(None, "start", 0, "", "", "", math.nan)
+_BIG = 1.7976931348623157e308  # the largest float: infinity is never a valid value
+_TINY = 5e-324
+_START = Route(None, "start", 0, "", "", "", math.nan, _TINY, _BIG)
 
 
 def route(name: str, labels) -> object:
@@ -160,7 +164,13 @@ def route(name: str, labels) -> object:
             extra = v
     if role == "bucket" and math.isnan(le):
         return None
-    return Route(inp, role, prio, model, engine, extra, le)
+    if role == "created":
+        lo, hi = _TINY, _BIG
+    elif inp.kind == GAUGE:
+        lo, hi = GAUGE_RANGE.get(inp.key, (-_BIG, _BIG))
+    else:
+        lo, hi = 0.0, _BIG
+    return Route(inp, role, prio, model, engine, extra, le, lo, min(hi, _BIG))
 
 
 @dataclass(frozen=True)
@@ -233,17 +243,6 @@ class _Admission:
         return True
 
 
-def _valid(r: Route, v: float) -> bool:
-    role = r.role
-    if role in ("value", "bucket", "count", "sum"):
-        inp = r.input
-        if role == "value" and inp.kind == GAUGE:
-            lo, hi = GAUGE_RANGE.get(inp.key, (-math.inf, math.inf))
-            return lo <= v <= hi and v == v and v not in (math.inf, -math.inf)
-        return 0.0 <= v < math.inf
-    return 0.0 < v < math.inf  # created, start
-
-
 class Builder:
     """Sorts routed samples into a Snapshot, applying the caps (state: what was admitted)."""
 
@@ -280,7 +279,7 @@ class Builder:
         for r, v in rows:
             inp = r.input
             if inp is None:
-                if _valid(r, v):
+                if r.lo <= v <= r.hi:
                     snap.process_start = v
                 else:
                     rejected["invalid_value"] = rejected.get("invalid_value", 0) + 1
@@ -314,7 +313,7 @@ class Builder:
                         continue
                     seen.add(r.extra)
             role = r.role
-            if not _valid(r, v):
+            if not r.lo <= v <= r.hi:
                 rejected["invalid_value"] = rejected.get("invalid_value", 0) + 1
                 if snap.rejected_detail is None:
                     snap.rejected_detail = (f"{inp.names[r.prio]} ({role}, model {model!r}, engine {engine!r}) "

@@ -305,27 +305,28 @@ class Parser:
             if not line:
                 continue
             if line[0] == "#":
-                if line.startswith("# TYPE "):
+                if not select and line.startswith("# TYPE "):
                     bits = line.split(None, 3)
                     if len(bits) == 4 and len(line) <= max_line:
                         types[bits[2]] = bits[3].strip()
                 continue
             nlines += 1
-            if len(line) > max_line:
-                page.reject("too_long", f"line of {len(line)} characters")
-                continue
             head, _, val = line.rpartition(" ")
             e = get(head)
             if e is not None:
-                try:
-                    v = float(val)
-                except ValueError:
-                    e = None  # odd value text: the careful path decides
+                # a cached series text is valid and within the limits: only the value is new
+                if len(val) > 40 or "_" in val:
+                    e = None  # no float is written that long; "1_0" is Python's, not Prometheus'
                 else:
-                    if "_" in val:
-                        e = None
+                    try:
+                        v = float(val)
+                    except ValueError:
+                        e = None  # odd value text: the careful path decides
             if e is None:
-                self._careful(line, head, val, page, seen)
+                if len(line) > max_line:
+                    page.reject("too_long", f"line of {len(line)} characters")
+                else:
+                    self._careful(line, head, val, page, seen)
                 continue
             if e is _SKIP:
                 continue

@@ -440,8 +440,11 @@ class View:
         self.polls = hi - lo + 1 if hi >= w._head and hi >= lo else 0
         self.latest = w.latest
         if self.polls:
-            self._first = w._ring[lo]
-            self._last = w._ring[hi]
+            first, last = w._ring[lo], w._ring[hi]
+            if len(first) < len(last):  # totals added since: they started from 0
+                first = first + array("d", bytes(8 * (len(last) - len(first))))
+            self._first = first
+            self._last = last
             self.first_t = times[lo]
             self.span = times[hi] - times[lo]
         else:
@@ -473,9 +476,11 @@ class View:
         hs = self.w._hst.get((key, model))
         if hs is None or not hs.les:
             return None
-        inc = self._inc
-        return Hist(buckets=tuple((le, inc(s)) for le, s in zip(hs.les, hs.slots)),
-                    sum=inc(hs.sum), count=inc(hs.count))
+        first, last = self._first, self._last
+        if not last:
+            return None
+        return Hist(buckets=tuple([(le, last[s] - first[s]) for le, s in zip(hs.les, hs.slots)]),
+                    sum=last[hs.sum] - first[hs.sum], count=last[hs.count] - first[hs.count])
 
     def kv_slope(self, model: str) -> Optional[float]:
         tr = self.w._trend.get(model)
@@ -537,7 +542,7 @@ def _monotonic(buckets: Sequence[Tuple[float, float]]) -> Buckets:
     return out
 
 
-def histogram_quantile(q: float, buckets: Sequence[Tuple[float, float]]) -> float:
+def histogram_quantile(q: float, buckets: Sequence[Tuple[float, float]], prepared: bool = False) -> float:
     """Prometheus' ``histogram_quantile`` on cumulative buckets (upper bound, count).
 
     Same rules: NaN without a ``+Inf`` bucket or without observations; the ``+Inf`` bucket
@@ -550,9 +555,9 @@ def histogram_quantile(q: float, buckets: Sequence[Tuple[float, float]]) -> floa
         return -math.inf
     if q > 1:
         return math.inf
-    if not buckets or not math.isinf(buckets[-1][0]):
+    if not buckets or not math.isinf(buckets[-1][0] if prepared else max(le for le, _ in buckets)):
         return math.nan
-    b = _monotonic(sorted(buckets))
+    b = buckets if prepared else _monotonic(sorted(buckets))
     if len(b) < 2:
         return math.nan
     observations = b[-1][1]

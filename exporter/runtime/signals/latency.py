@@ -16,7 +16,7 @@ Two rules beyond ``histogram_quantile``:
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from ..inputs import Hist
 from ..windows import View, _monotonic, count_at_or_below, histogram_quantile, model_hist
@@ -26,14 +26,22 @@ from .results import QUANTILES, Distribution, Latency, Prompts
 def quantile_or_bound(q: float, buckets) -> Tuple[float, bool]:
     """``histogram_quantile``, except that a rank inside the first bucket answers with that
     bucket's upper bound; the flag says so."""
-    v = histogram_quantile(q, buckets)
-    if math.isnan(v) or not buckets:
-        return v, False
+    return quantiles_or_bounds((q,), buckets)[0]
+
+
+def quantiles_or_bounds(qs, buckets) -> List[Tuple[float, bool]]:
+    """``quantile_or_bound`` for several quantiles, the buckets sorted and made monotonic once."""
     b = _monotonic(sorted(buckets))
-    first_le, first_count = b[0]
-    if first_le > 0 and not math.isinf(first_le) and q * b[-1][1] <= first_count and first_count > 0:
-        return first_le, True
-    return v, False
+    out = []
+    first_le, first_count = b[0] if b else (math.nan, 0.0)
+    for q in qs:
+        v = histogram_quantile(q, b, prepared=True)
+        if (not math.isnan(v) and 0 < first_le < math.inf and first_count > 0
+                and q * b[-1][1] <= first_count):
+            out.append((first_le, True))
+        else:
+            out.append((v, False))
+    return out
 
 
 def distribution(window: Optional[Hist], lifetime: Optional[Hist]) -> Optional[Distribution]:
@@ -42,8 +50,7 @@ def distribution(window: Optional[Hist], lifetime: Optional[Hist]) -> Optional[D
         return None
     qs = []
     bounded = []
-    for q in QUANTILES:
-        v, is_bound = quantile_or_bound(q, window.buckets)
+    for q, (v, is_bound) in zip(QUANTILES, quantiles_or_bounds(QUANTILES, window.buckets)):
         if not math.isnan(v):
             qs.append((q, v))
             if is_bound:
