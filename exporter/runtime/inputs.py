@@ -351,8 +351,16 @@ class Builder:
             if not b or hkey in bad_hists:
                 continue
             buckets = tuple(sorted(b.items()))
+            top = buckets[-1][1] if math.isinf(buckets[-1][0]) else None
             if hcount is None:
-                hcount = buckets[-1][1] if math.isinf(buckets[-1][0]) else 0.0
+                hcount = top if top is not None else 0.0
+            if (top is not None and hcount != top) or any(
+                    buckets[i][1] > buckets[i + 1][1] for i in range(len(buckets) - 1)):
+                # not a histogram: counts must grow with the bound and end at the count
+                rejected["invalid_value"] = rejected.get("invalid_value", 0) + 1
+                if snap.rejected_detail is None:
+                    snap.rejected_detail = f"histogram {hkey[0]} of model {hkey[1]!r} is not cumulative"
+                continue
             h = snap.hists[hkey] = Hist(buckets=buckets, sum=hsum or 0.0, count=hcount)
             lst = hists_by.get(hkey[:2])
             if lst is None:

@@ -156,6 +156,7 @@ class Windows:
         self._absent_t = -math.inf
         self._model_seen: Dict[str, float] = {}
         self._step: Dict[Tuple[str, str], float] = {}
+        self._seen_at: Dict[Tuple[str, str], float] = {}  # (counter input, model) -> last on a page
         self.latest: Optional[Snapshot] = None
         self.other_process_t = -math.inf  # when another process last answered
         self.polls = 0
@@ -258,6 +259,7 @@ class Windows:
                 p = prev[0]
                 inc = v - p if v >= p else v
             last[key] = (v, t)
+            self._seen_at[(inp, key[1])] = t
             d = self._ctr.get((inp, key[1]))
             slot = d.get(key[3]) if d is not None else None
             if slot is None:
@@ -272,6 +274,11 @@ class Windows:
             prev = hlast.get(hkey)
             les = tuple([le for le, _c in h.buckets])
             same = prev is not None and prev[3] == les
+            if prev is not None and not same:
+                if set(les) < set(prev[3]):
+                    continue  # buckets missing from this page: incomplete, keep the last one whole
+                hlast[hkey] = (h, t, self._hist_slots(hkey[0], hkey[1], les), les)
+                continue  # a new bucket layout: a new baseline, no increase from it
             slots = prev[2] if same else self._hist_slots(hkey[0], hkey[1], les)
             hs = self._hst[(hkey[0], hkey[1])]
             if prev is None:
@@ -280,19 +287,11 @@ class Windows:
                 p = prev[0]
                 if h.count < p.count:
                     whole = True
-                elif same:
-                    whole = any(c < pc for (_le, c), (_ple, pc) in zip(h.buckets, p.buckets))
                 else:
-                    pb = dict(p.buckets)
-                    whole = any(c < pb.get(le, 0.0) for le, c in h.buckets)
+                    whole = any(c < pc for (_le, c), (_ple, pc) in zip(h.buckets, p.buckets))
                 if not whole:
-                    if same:
-                        for slot, (_le, c), (_ple, pc) in zip(slots, h.buckets, p.buckets):
-                            agg[slot] += c - pc
-                    else:
-                        pb = dict(p.buckets)
-                        for slot, (le, c) in zip(slots, h.buckets):
-                            agg[slot] += c - pb.get(le, 0.0)
+                    for slot, (_le, c), (_ple, pc) in zip(slots, h.buckets, p.buckets):
+                        agg[slot] += c - pc
                     agg[hs.sum] += h.sum - p.sum
                     agg[hs.count] += h.count - p.count
                     mk = (hkey[0], hkey[1])
@@ -357,6 +356,8 @@ class Windows:
             for key in [k for k, v in proc.hlast.items() if v[1] < lo]:
                 del proc.hlast[key]
         gone = [m for m, seen in self._model_seen.items() if seen < lo]
+        for k in [k for k, seen in self._seen_at.items() if seen < lo]:
+            del self._seen_at[k]
         for m in gone:
             del self._model_seen[m]
             self._not_running.pop(m, None)
@@ -467,6 +468,15 @@ class View:
             return None
         return sum(self._inc(s) for s in d.values())
 
+    def span_of(self, key: str, model: str) -> float:
+        """The window's span for one counter input: up to when it was last on a page, so that
+        a series missing from the latest page (or rejected on it) lowers no rate."""
+        seen = self.w._seen_at.get((key, model))
+        end = self.first_t + self.span
+        if seen is not None and self.first_t < seen < end:
+            return seen - self.first_t
+        return self.span
+
     def by_extra(self, key: str, model: str) -> Dict[str, float]:
         d = self.w._ctr.get((key, model))
         return {x: self._inc(s) for x, s in sorted(d.items())} if d else {}
@@ -479,8 +489,20 @@ class View:
         first, last = self._first, self._last
         if not last:
             return None
-        return Hist(buckets=tuple([(le, last[s] - first[s]) for le, s in zip(hs.les, hs.slots)]),
-                    sum=last[hs.sum] - first[hs.sum], count=last[hs.count] - first[hs.count])
+        count = last[hs.count] - first[hs.count]
+        # Each page's histogram is cumulative (``inputs`` checks), but the difference of two can
+        # come out not cumulative where a page's counts were rounded or written separately; no
+        # bucket may hold more than the ones above it: clip from the top, at the count.
+        top = count
+        out = []
+        for le, s in zip(reversed(hs.les), reversed(hs.slots)):
+            c = last[s] - first[s]
+            if c > top:
+                c = top
+            top = c
+            out.append((le, c))
+        out.reverse()
+        return Hist(buckets=tuple(out), sum=last[hs.sum] - first[hs.sum], count=count)
 
     def kv_slope(self, model: str) -> Optional[float]:
         tr = self.w._trend.get(model)

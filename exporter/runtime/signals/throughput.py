@@ -11,9 +11,10 @@ from .results import Throughput
 
 def _rate(view: View, key: str, model: str) -> Optional[float]:
     inc = view.increase(key, model)
-    if inc is None or view.span <= 0:
+    span = view.span_of(key, model)
+    if inc is None or span <= 0:
         return None
-    return inc / view.span
+    return inc / span
 
 
 def throughput(view: View, model: str) -> Throughput:
@@ -22,13 +23,14 @@ def throughput(view: View, model: str) -> Throughput:
     error_ratio = None
     if latest.present("request_success") and span > 0:
         incs_by_reason = view.by_extra("request_success", model)
-        finished = {reason: inc / span for reason, inc in incs_by_reason.items()}
+        rspan = view.span_of("request_success", model)
+        finished = {reason: inc / rspan for reason, inc in incs_by_reason.items()}
         served = sum(v for r, v in incs_by_reason.items() if r != "abort")
         if served > 0:
             error_ratio = incs_by_reason.get("error", 0.0) / served
     rejections = None
     if latest.present("admission_rejections") and span > 0:
-        rejections = (view.increase("admission_rejections", model) or 0.0) / span
+        rejections = (view.increase("admission_rejections", model) or 0.0) / view.span_of("admission_rejections", model)
     return Throughput(
         generation_tokens_per_second=_rate(view, "generation_tokens", model),
         prompt_tokens_per_second=_rate(view, "prompt_tokens", model),
