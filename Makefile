@@ -38,6 +38,7 @@ rules: $(VPY)
 
 bench: $(VPY)
 	$(VPY) bench/bench_parser.py
+	$(VPY) bench/bench_poll.py --write docs/performance.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -303,3 +303,25 @@ def test_speculative_decoding_acceptance_when_present(idle, after_load):
     pts = run([(T0, _with_spec(idle, 100.0, 50.0)), (T0 + 60, _with_spec(after_load, 1100.0, 730.0))])
     assert value(pts, "spec_decode_acceptance_ratio", model_name=M) == pytest.approx(680 / 1000)
     assert "spec_decode_acceptance_ratio" not in names(run([(T0, idle), (T0 + 60, after_load)]))
+
+
+def test_quantiles_in_the_first_bucket_are_bounds_and_ordered(idle, after_load):
+    """On the real page most queued requests waited less than vLLM's first queue-time bucket
+    (0.3 s). A quantile that falls there is served as the bound (interpolating would invent
+    0.15 s) and flagged; one beyond it is interpolated. No queue-time quantile exceeds the
+    TTFT's or the e2e's, nor a TTFT quantile the e2e's."""
+    pts = run([(T0, idle), (T0 + 60, after_load)])
+    d = dict(_bucket_deltas(idle, after_load, "queue_time"))
+    first = min(d)
+    total = d[math.inf]
+    assert 0.5 * total <= d[first] < 0.99 * total  # p50 in the first bucket, p99 beyond it
+    for q in (0.5, 0.95, 0.99):
+        queue = value(pts, "queue_time_seconds", model_name=M, quantile=repr(q))
+        ttft = value(pts, "ttft_seconds", model_name=M, quantile=repr(q))
+        e2e = value(pts, "e2e_request_latency_seconds", model_name=M, quantile=repr(q))
+        assert queue <= ttft <= e2e
+        bounded = value(pts, "quantile_resolution_limited", model_name=M, metric="vllm_sidecar_queue_time_seconds",
+                        quantile=repr(q))
+        assert bounded == (1.0 if q * total <= d[first] else 0.0)
+        if bounded:
+            assert queue == min(first, ttft, e2e)

@@ -227,7 +227,8 @@ def test_impossible_rates_never_feed_the_learned_baseline(clock, after_load):
         sc.poll_once()
         clock.advance(1)
     learned = [v for q in sc.baseline.samples.values() for _t, v in q]
-    assert learned and all(v <= 10.0 + 1e-6 for v in learned)
+    # true rate 10/s; a value missing at the window's edge moves it by one poll's worth, at most
+    assert learned and all(9.0 - 1e-6 <= v <= 11.0 + 1e-6 for v in learned), learned
 
 
 # -- series that go missing -------------------------------------------------------------------
@@ -250,7 +251,9 @@ def test_a_series_missing_for_a_poll_neither_drops_out_nor_spikes(clock, after_l
         seq.text = text
         rates.append(value(sc.poll_once(), "generation_tokens_per_second", model_name=M))
         clock.advance(1)
-    assert all(r == pytest.approx(10.0) for r in rates[1:]), rates
+    # never absent, never a spike (before: 111,136 tokens/s for a window); a value unknown at the
+    # window's edge or on the last page moves the rate by one poll's worth at most (10 polls in it)
+    assert all(r is not None and 9.0 - 1e-9 <= r <= 11.0 + 1e-9 for r in rates[1:]), list(enumerate(rates))
 
 
 def test_a_lazily_created_series_counts_from_zero(clock, after_load):

@@ -236,6 +236,8 @@ class Sidecar:
     def _take(self, snap: Snapshot, now: float) -> None:
         """Feed the windows with a good snapshot and note what changed."""
         result = self.windows.add(snap)
+        if result.rejected:
+            self.counters.malformed["invalid_value"] = self.counters.malformed.get("invalid_value", 0) + result.rejected
         if result.restart:
             self.counters.restarts += 1
             log.info("vLLM restarted (process start time changed); counters continue from zero")

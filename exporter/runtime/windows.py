@@ -51,18 +51,25 @@ _COUNTER_KEYS = frozenset(i.key for i in INPUTS if i.kind == COUNTER)
 _MAX_PROCESSES = 4
 
 
+# No vLLM counter grows faster than this (tokens, requests, seconds, per second): a bigger jump
+# between two reads of one series is a wrong value, rejected, never a rate.
+MAX_RATE_PER_SECOND = 1e9
+
+
 class AddResult(NamedTuple):
     restart: bool  # a new vLLM process (later start time, never seen before)
     other_process: bool  # a process seen before or older than the current one answered
+    rejected: int = 0  # values rejected as impossible (a jump too big, a drop without a restart)
 
 
 class _Proc:
     """The last value of every series of one vLLM process, and when it was seen."""
 
-    __slots__ = ("start", "last", "hlast", "seen")
+    __slots__ = ("start", "last", "hlast", "seen", "down")
 
     def __init__(self, start: Optional[float]) -> None:
         self.start = start
+        self.down: set = set()  # series that went down on the last read without a restart
         self.last: Dict[SeriesKey, Tuple[float, float]] = {}
         self.hlast: Dict[HistKey, Tuple[Hist, float, Tuple[int, ...]]] = {}
         self.seen = -math.inf
@@ -248,6 +255,9 @@ class Windows:
                 return value if c >= prev_t - tolerance else 0.0
             return value if value <= max(1.0, step.get((key[0], key[1]), 0.0)) else 0.0
 
+        rejected = 0
+        down = proc.down
+        named = proc.start is not None  # a known start time: a drop without its change is wrong
         for key, v in snap.values.items():
             inp = key[0]
             if inp not in _COUNTER_KEYS:
@@ -256,8 +266,20 @@ class Windows:
             if prev is None:
                 inc = credit(key, v)
             else:
-                p = prev[0]
-                inc = v - p if v >= p else v
+                p, pt_ = prev
+                if v >= p:
+                    inc = v - p
+                    if inc > MAX_RATE_PER_SECOND * max(t - pt_, 1e-3):
+                        rejected += 1  # an impossible jump: this value is wrong, keep the last
+                        continue
+                    down.discard(key)
+                elif named and key not in down:
+                    rejected += 1  # down without a restart: wrong once; twice in a row, a reset
+                    down.add(key)
+                    continue
+                else:
+                    down.discard(key)
+                    inc = v if not named else 0.0
             last[key] = (v, t)
             self._seen_at[(inp, key[1])] = t
             d = self._ctr.get((inp, key[1]))
@@ -289,6 +311,18 @@ class Windows:
                     whole = True
                 else:
                     whole = any(c < pc for (_le, c), (_ple, pc) in zip(h.buckets, p.buckets))
+                if whole and named and hkey not in down:
+                    rejected += 1  # down without a restart: wrong once; twice in a row, a reset
+                    down.add(hkey)
+                    continue
+                if whole and named:
+                    down.discard(hkey)
+                    hlast[hkey] = (h, t, slots, les)  # a reset we cannot place: a new baseline
+                    continue
+                if not whole and h.count - p.count > MAX_RATE_PER_SECOND * max(t - prev[1], 1e-3):
+                    rejected += 1
+                    continue
+                down.discard(hkey)
                 if not whole:
                     for slot, (_le, c), (_ple, pc) in zip(slots, h.buckets, p.buckets):
                         agg[slot] += c - pc
@@ -342,7 +376,7 @@ class Windows:
         self.polls += 1
         if self.polls % 32 == 0:
             self._forget(t)
-        return AddResult(restart, other)
+        return AddResult(restart, other, rejected)
 
     def _forget(self, t: float) -> None:
         """Drop what has not been seen for ``memory`` seconds (series, processes, models)."""
