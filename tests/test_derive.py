@@ -321,7 +321,7 @@ def test_quantiles_in_the_first_bucket_are_bounds_and_ordered(idle, after_load):
         e2e = value(pts, "e2e_request_latency_seconds", model_name=M, quantile=repr(q))
         assert queue <= ttft <= e2e
         bounded = value(pts, "quantile_resolution_limited", model_name=M, metric="vllm_sidecar_queue_time_seconds",
-                        quantile=repr(q))
+                        for_quantile=repr(q))
         assert bounded == (1.0 if q * total <= d[first] else 0.0)
         if bounded:
             assert queue == min(first, ttft, e2e)

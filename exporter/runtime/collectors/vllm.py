@@ -87,7 +87,7 @@ DERIVED: Dict[str, Series] = {
 # The distributions served as summaries, for the resolution flag below
 _SUMMARIES = tuple(name for name, series in DERIVED.items() if series.summary)
 RESOLUTION = ("quantile_resolution_limited",
-              "1 when the summary's quantile fell in vLLM's first bucket and is served as that bucket's upper bound "
+              "1 when the summary's quantile (for_quantile; promtool keeps the quantile label for summaries) fell in vLLM's first bucket and is served as that bucket's upper bound "
               "(the value is at most this; the histogram cannot say more), 0 when interpolated.")
 
 # Derived series without model_name
@@ -118,7 +118,7 @@ def signal_points(signals: Signals) -> Iterator[Point]:
                 assert isinstance(v, Distribution)
                 for q, x in v.quantiles:
                     yield Point(name, {**lab, "quantile": repr(q)}, x)
-                    yield Point(RESOLUTION[0], {**lab, "metric": PREFIX + name, "quantile": repr(q)},
+                    yield Point(RESOLUTION[0], {**lab, "metric": PREFIX + name, "for_quantile": repr(q)},
                                 1.0 if q in v.bounded else 0.0)
             elif series.extra:
                 for key, x in v.items():  # type: ignore[union-attr]
@@ -155,7 +155,7 @@ def families(signals: Signals) -> List[Metric]:
                 fam.add_metric([m.model], float(v))  # type: ignore[arg-type]
         if fam.samples:
             out.append(fam)
-    res = GaugeMetricFamily(PREFIX + RESOLUTION[0], RESOLUTION[1], labels=["model_name", "metric", "quantile"])
+    res = GaugeMetricFamily(PREFIX + RESOLUTION[0], RESOLUTION[1], labels=["model_name", "metric", "for_quantile"])
     for m in signals.models:
         for name in _SUMMARIES:
             d = DERIVED[name].read(m)
