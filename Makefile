@@ -40,6 +40,7 @@ rules: $(VPY)
 bench: $(VPY)
 	$(VPY) bench/bench_parser.py
 	$(VPY) bench/bench_fetch.py
+	$(VPY) bench/bench_poll.py --write docs/performance.md
 
 detection: $(VPY)
 	$(VPY) -m exporter.harness.detection --out docs/detection.md

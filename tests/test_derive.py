@@ -5,7 +5,7 @@ import math
 import pytest
 
 from exporter.harness import pagetransform as pt
-from exporter.runtime.signals import Baseline, Signals, busy_low, derive, engine_stalled, kv_pressure_level, percentile, seconds_to_full
+from exporter.runtime.signals import HORIZON_SECONDS, MIN_SLOPE_PER_SECOND, Baseline, Signals, busy_low, derive, engine_stalled, kv_pressure_level, percentile, seconds_to_full
 from exporter.runtime.windows import count_at_or_below, histogram_quantile
 from helpers import cfg, names, points, sample_value, snap, value
 
@@ -209,7 +209,19 @@ def test_kv_pressure_levels(after_load):
 def test_seconds_to_full():
     assert seconds_to_full([(0, 0.5), (10, 0.6), (20, 0.7)]) == pytest.approx(30.0)
     assert seconds_to_full([(0, 0.7), (10, 0.6)]) is None
-    assert seconds_to_full([(0, 0.9), (10, 1.0)]) == 0.0
+    # already full: nothing to predict (never "full in 0 s")
+    assert seconds_to_full([(0, 0.9), (10, 1.0)]) is None
+    # a page that never changes, or float noise: no trend
+    assert seconds_to_full([(0, 0.3), (2, 0.3), (4, 0.3 + 1e-15)]) is None
+    # below the minimum slope (0.0001/s): not a real rising trend
+    assert seconds_to_full([(0, 0.30), (60, 0.30 + 0.9 * MIN_SLOPE_PER_SECOND * 60)]) is None
+    # rising, but full further away than the horizon
+    slow = 1.5 * MIN_SLOPE_PER_SECOND
+    assert (1 - 0.2) / slow > HORIZON_SECONDS
+    assert seconds_to_full([(0, 0.2 - 60 * slow), (60, 0.2)]) is None
+    # idle (no request running): nothing is filling the cache
+    assert seconds_to_full([(0, 0.5), (10, 0.6), (20, 0.7)], running=0) is None
+    assert seconds_to_full([(0, 0.5), (10, 0.6), (20, 0.7)], running=3) == pytest.approx(30.0)
 
 
 def test_stall_needs_running_requests_and_no_tokens(after_load):
@@ -257,9 +269,22 @@ def test_baseline_forgets_beyond_its_horizon():
     assert b.busy_seconds(M) <= 110
 
 
-def test_fewer_than_two_snapshots_derive_nothing(after_load):
+def test_first_read_gives_the_gauges_and_nothing_else(after_load):
     s = snap(after_load, T0)
-    assert derive([s], [s], T0, cfg()) == Signals()
+    pts = derive([s], [s], T0, cfg())
+    assert value(pts, "kv_cache_usage_ratio", model_name=M) == sample_value(after_load, "vllm:kv_cache_usage_perc")
+    assert value(pts, "requests_running", model_name=M) == sample_value(after_load, "vllm:num_requests_running")
+    assert value(pts, "requests_waiting", model_name=M) == sample_value(after_load, "vllm:num_requests_waiting")
+    assert value(pts, "requests_waiting_for_capacity", model_name=M) == sample_value(
+        after_load, "vllm:num_requests_waiting_by_reason", reason="capacity")
+    assert sample_value(after_load, "vllm:num_preemptions_total") == 0  # never preempted: the level is known
+    assert value(pts, "kv_cache_pressure_level", model_name=M) == 0
+    assert names(pts) == {"kv_cache_usage_ratio", "kv_cache_pressure_level", "requests_running",
+                          "requests_waiting", "requests_waiting_for_capacity"}
+    # preemptions since vLLM started, maybe inside the window, maybe not: one page cannot say
+    preempted = snap(pt.set_values(after_load, {"vllm:num_preemptions_total": 3}), T0)
+    assert "kv_cache_pressure_level" not in names(derive([preempted], [preempted], T0, cfg()))
+    assert derive([], [], T0, cfg()) == Signals()
 
 
 def _with_spec(text, drafts, accepted):
@@ -278,3 +303,25 @@ def test_speculative_decoding_acceptance_when_present(idle, after_load):
     pts = run([(T0, _with_spec(idle, 100.0, 50.0)), (T0 + 60, _with_spec(after_load, 1100.0, 730.0))])
     assert value(pts, "spec_decode_acceptance_ratio", model_name=M) == pytest.approx(680 / 1000)
     assert "spec_decode_acceptance_ratio" not in names(run([(T0, idle), (T0 + 60, after_load)]))
+
+
+def test_quantiles_in_the_first_bucket_are_bounds_and_ordered(idle, after_load):
+    """On the real page most queued requests waited less than vLLM's first queue-time bucket
+    (0.3 s). A quantile that falls there is served as the bound (interpolating would invent
+    0.15 s) and flagged; one beyond it is interpolated. No queue-time quantile exceeds the
+    TTFT's or the e2e's, nor a TTFT quantile the e2e's."""
+    pts = run([(T0, idle), (T0 + 60, after_load)])
+    d = dict(_bucket_deltas(idle, after_load, "queue_time"))
+    first = min(d)
+    total = d[math.inf]
+    assert 0.5 * total <= d[first] < 0.99 * total  # p50 in the first bucket, p99 beyond it
+    for q in (0.5, 0.95, 0.99):
+        queue = value(pts, "queue_time_seconds", model_name=M, quantile=repr(q))
+        ttft = value(pts, "ttft_seconds", model_name=M, quantile=repr(q))
+        e2e = value(pts, "e2e_request_latency_seconds", model_name=M, quantile=repr(q))
+        assert queue <= ttft <= e2e
+        bounded = value(pts, "quantile_resolution_limited", model_name=M, metric="vllm_sidecar_queue_time_seconds",
+                        for_quantile=repr(q))
+        assert bounded == (1.0 if q * total <= d[first] else 0.0)
+        if bounded:
+            assert queue == min(first, ttft, e2e)

@@ -103,18 +103,21 @@ def test_format_float_like_python_client(v, s):
 
 
 @pytest.mark.parametrize("name", REAL_PAGES)
-def test_fast_path_and_line_path_agree(name):
+def test_cached_and_careful_paths_agree(name):
+    """The first read of a page parses every line completely; the next reads take each series
+    text from the cache. Both give the same samples, and a changed value is read as changed."""
     text = (VLLM_PAGES / name).read_text()
     p = Parser()
-    fast = p._parse_fast(text)
-    assert fast is not None, "real vLLM pages take the fast path"
-    slow = p._parse_lines(text)
-    assert fast.samples == slow.samples
-    assert fast.types == slow.types
+    first = p.parse(text)
+    assert p.cache_bytes > 0
+    changed = text.replace("vllm:num_requests_running{", "vllm:num_requests_running{", 1)
+    again = p.parse(changed)
+    assert again.samples == first.samples == parse(text).samples
 
 
-def test_one_bad_line_sends_the_page_down_the_careful_path(after_load):
+def test_one_bad_line_does_not_spoil_the_cached_lines(after_load):
     p = Parser()
-    assert p._parse_fast(after_load + "broken{\n") is None
+    p.parse(after_load)
     page = p.parse(after_load + "broken{\n")
-    assert page.malformed == 1 and len(page.samples) == EXPECTED_COUNTS["after_load.txt"]
+    assert page.malformed == 1 and page.reasons == {"syntax": 1}
+    assert len(page.samples) == EXPECTED_COUNTS["after_load.txt"]

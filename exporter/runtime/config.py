@@ -120,6 +120,12 @@ FIELDS: Tuple[Field, ...] = (
     Field("slo_output_tokens_per_second", "float", None, "per-request generation speed objective; "
           "the inter-token latency objective is its inverse", lo=0, lo_open=True,
           slo="objectives.output_tokens_per_second"),
+    Field("max_models", "int", 16, "most models (model_name) taken from one vLLM page; more are left "
+          "out, counted and named in the log", lo=1, hi=1024),
+    Field("max_engines", "int", 64, "most data-parallel engines (engine label) taken from one vLLM "
+          "page", lo=1, hi=4096),
+    Field("max_label_values", "int", 32, "most values of an extra label (finished_reason, reason) "
+          "taken per input and model", lo=1, hi=1024),
 )
 # Keys of earlier releases that now live only in the SLO file: a clear error, not "unknown key".
 MOVED: Dict[str, str] = {
@@ -164,6 +170,9 @@ class Config:
     stall_seconds: float
     slo_ttft_p95_seconds: float
     slo_output_tokens_per_second: float
+    max_models: int = 16
+    max_engines: int = 64
+    max_label_values: int = 32
 
     @property
     def metrics_url(self) -> str:

@@ -7,18 +7,33 @@ below lists its names newest first; the first one present on a page is used. A r
 that is present under no name is reported in ``vllm_sidecar_input_missing{metric}`` and the
 signals that need it are left out, never reported as 0.
 
-``normalize`` turns a parsed page into a ``Snapshot``: plain dictionaries keyed by
-``(input, model_name, engine, extra)`` so that the windows and derivations never look at
-metric names again.
+A page becomes a ``Snapshot``: plain dictionaries keyed by ``(input, model_name, engine,
+extra)`` (and indexed by ``(input, model_name)``), so that the windows and derivations never look
+at metric names again. ``Reader`` does it for the poll loop: its parser keeps only the series
+routed here (``route``), and per series the routing is worked out once and cached with the
+series text. ``normalize`` does the same for a page parsed in full (tests, the simulator).
+
+Every value is checked before it is used (``invalid_value``): counters, histogram buckets, sums
+and counts must be finite and not negative, ``_created`` and the process start time finite and
+positive, gauges inside their range (KV usage 0-1, queue lengths not negative). A histogram with
+one bad part is left out whole. A series that occurs twice on a page is rejected
+(``duplicate``, the first kept). Rejected values never reach the windows, so they never feed a
+rate or the learned baseline.
+
+Caps (``Caps``): at most ``max_models`` models, ``max_engines`` engines and ``max_label_values``
+values of an extra label (finished_reason, reason) per input and model are taken from a page.
+Models and engines already taken keep their place while they come back within the memory of
+the windows; the excess is left out, counted by reason (``dropped``) and named
+(``dropped_names``) so the poll loop can say which once.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
-from .parser import Page
+from .parser import COUNT, DEFAULT_LIMITS, Limits, Page, Parser
 
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
 
@@ -71,6 +86,37 @@ INPUTS: Tuple[Input, ...] = (
 )
 INPUT_BY_KEY: Dict[str, Input] = {i.key: i for i in INPUTS}
 
+# The range a gauge input's value must lie in.
+GAUGE_RANGE: Dict[str, Tuple[float, float]] = {
+    "kv_usage": (0.0, 1.0),
+    "prefix_cache_hit_rate_legacy": (0.0, 1.0),
+    "spec_acceptance_legacy": (0.0, 1.0),
+    "running": (0.0, math.inf),
+    "waiting": (0.0, math.inf),
+    "waiting_by_reason": (0.0, math.inf),
+    "swapped": (0.0, math.inf),
+}
+
+PROCESS_START = "process_start_time_seconds"
+
+SeriesKey = Tuple[str, str, str, str]  # input, model_name, engine, extra label value
+HistKey = Tuple[str, str, str]  # input, model_name, engine
+
+
+class Route(NamedTuple):
+    """Where one series of a page goes; worked out once per series text and cached."""
+
+    input: Optional[Input]  # None for the process start time
+    role: str  # value, bucket, sum, count, created, start
+    prio: int
+    model: str
+    engine: str
+    extra: str
+    le: float  # bucket bound (NaN when not a bucket)
+    lo: float  # the value must lie in [lo, hi] (NaN and infinities never do)
+    hi: float
+
+
 # Where each name leads: sample name -> (input, role, priority)
 _ROUTES: Dict[str, Tuple[Input, str, int]] = {}
 for _inp in INPUTS:
@@ -79,13 +125,52 @@ for _inp in INPUTS:
             _ROUTES[_name + "_bucket"] = (_inp, "bucket", _prio)
             _ROUTES[_name + "_sum"] = (_inp, "sum", _prio)
             _ROUTES[_name + "_count"] = (_inp, "count", _prio)
+            _ROUTES[_name + "_created"] = (_inp, "created", _prio)
         else:
             _ROUTES[_name] = (_inp, "value", _prio)
+            if _inp.kind == COUNTER and _name.endswith("_total"):
+                _ROUTES[_name[: -len("_total")] + "_created"] = (_inp, "created", _prio)
 
-PROCESS_START = "process_start_time_seconds"
+_BIG = 1.7976931348623157e308  # the largest float: infinity is never a valid value
+_TINY = 5e-324
+_START = Route(None, "start", 0, "", "", "", math.nan, _TINY, _BIG)
 
-SeriesKey = Tuple[str, str, str, str]  # input, model_name, engine, extra label value
-HistKey = Tuple[str, str, str]  # input, model_name, engine
+
+def route(name: str, labels) -> object:
+    """The Route of one series, ``COUNT`` for another ``vllm:`` series, None for the rest."""
+    r = _ROUTES.get(name)
+    if r is None:
+        if name == PROCESS_START:
+            return _START if not labels else None
+        return COUNT if name.startswith("vllm:") else None
+    inp, role, prio = r
+    model = engine = extra = ""
+    le = math.nan
+    for k, v in labels:
+        if k == "model_name":
+            model = v
+        elif k == "engine":
+            engine = v
+        elif k == "le":
+            if role != "bucket":
+                continue
+            try:
+                le = float(v)
+            except ValueError:
+                return None  # a bucket without a readable bound: not a series we can use
+            if math.isnan(le):
+                return None
+        elif k == inp.extra_label:
+            extra = v
+    if role == "bucket" and math.isnan(le):
+        return None
+    if role == "created":
+        lo, hi = _TINY, _BIG
+    elif inp.kind == GAUGE:
+        lo, hi = GAUGE_RANGE.get(inp.key, (-_BIG, _BIG))
+    else:
+        lo, hi = 0.0, _BIG
+    return Route(inp, role, prio, model, engine, extra, le, lo, min(hi, _BIG))
 
 
 @dataclass(frozen=True)
@@ -102,10 +187,17 @@ class Snapshot:
     t: float
     values: Dict[SeriesKey, float] = field(default_factory=dict)
     hists: Dict[HistKey, Hist] = field(default_factory=dict)
+    created: Dict[SeriesKey, float] = field(default_factory=dict)  # histograms: extra ""
     resolved: Dict[str, str] = field(default_factory=dict)  # input key -> name used
     models: FrozenSet[str] = frozenset()
     process_start: Optional[float] = None
     vllm_samples: int = 0
+    rejected: Dict[str, int] = field(default_factory=dict)  # invalid values by reason
+    rejected_detail: Optional[str] = None  # the first rejected value, for the log
+    dropped: Dict[str, int] = field(default_factory=dict)  # samples over a cap, by cap
+    dropped_names: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # which models/engines
+    by_model: Dict[Tuple[str, str], List[Tuple[str, str, float]]] = field(default_factory=dict)
+    hists_by_model: Dict[Tuple[str, str], List[Hist]] = field(default_factory=dict)
 
     def present(self, key: str) -> bool:
         return key in self.resolved
@@ -114,73 +206,206 @@ class Snapshot:
         """Required inputs absent under every name, reported by their newest name."""
         return sorted(i.names[0] for i in INPUTS if i.required and i.key not in self.resolved)
 
+    def gauge(self, key: str, model: str) -> List[float]:
+        """Every engine's value of an input for one model (extra labels kept apart)."""
+        return [v for _e, _x, v in self.by_model.get((key, model), ())]
 
-def normalize(page: Page, t: float) -> Snapshot:
-    """Sort the samples of one page into a Snapshot taken at time ``t``."""
-    # name chosen per input: lowest priority number present on the page
-    best: Dict[str, int] = {}
-    hits: List[Tuple[Input, str, int, object]] = []
-    process_start = None
-    vllm_samples = 0
+
+@dataclass(frozen=True)
+class Caps:
+    max_models: int = 16
+    max_engines: int = 64
+    max_label_values: int = 32
+
+
+class _Admission:
+    """First come, first kept: what is taken keeps its place while seen within ``memory`` s."""
+
+    def __init__(self, cap: int, memory: float) -> None:
+        self.cap = cap
+        self.memory = memory
+        self.seen: Dict[str, float] = {}
+
+    def expire(self, t: float) -> None:
+        if self.seen:
+            old = [k for k, last in self.seen.items() if last < t - self.memory or last > t]
+            for k in old:
+                del self.seen[k]
+
+    def admit(self, name: str, t: float) -> bool:
+        seen = self.seen
+        if name in seen:
+            seen[name] = t
+            return True
+        if len(seen) >= self.cap:
+            return False
+        seen[name] = t
+        return True
+
+
+class Builder:
+    """Sorts routed samples into a Snapshot, applying the caps (state: what was admitted)."""
+
+    def __init__(self, caps: Caps = Caps(), memory: float = 300.0) -> None:
+        self.caps = caps
+        self.models = _Admission(caps.max_models, memory)
+        self.engines = _Admission(caps.max_engines, memory)
+
+    def build(self, rows, t: float, counted: int = 0) -> Snapshot:
+        """``rows``: (Route, value) pairs in page order."""
+        self.models.expire(t)
+        self.engines.expire(t)
+        best: Dict[str, int] = {}
+        for r, _v in rows:
+            inp = r.input
+            if inp is not None:
+                p = best.get(inp.key)
+                if p is None or r.prio < p:
+                    best[inp.key] = r.prio
+        snap = Snapshot(t=t)
+        values = snap.values
+        created = snap.created
+        rejected = snap.rejected
+        dropped = snap.dropped
+        dropped_names: Dict[str, set] = {}
+        hist_parts: Dict[HistKey, list] = {}
+        bad_hists = set()
+        extras: Dict[Tuple[str, str], set] = {}
+        models = set()
+        admitted_models: Dict[str, bool] = {}
+        admitted_engines: Dict[str, bool] = {}
+        max_extra = self.caps.max_label_values
+        routed = 0
+        for r, v in rows:
+            inp = r.input
+            if inp is None:
+                if r.lo <= v <= r.hi:
+                    snap.process_start = v
+                else:
+                    rejected["invalid_value"] = rejected.get("invalid_value", 0) + 1
+                    snap.rejected_detail = snap.rejected_detail or f"{PROCESS_START} = {v!r}"
+                continue
+            routed += 1
+            if r.prio != best[inp.key]:
+                continue
+            model = r.model
+            ok = admitted_models.get(model)
+            if ok is None:
+                ok = admitted_models[model] = self.models.admit(model, t)
+            if not ok:
+                dropped["max_models"] = dropped.get("max_models", 0) + 1
+                dropped_names.setdefault("max_models", set()).add(model)
+                continue
+            engine = r.engine
+            ok = admitted_engines.get(engine)
+            if ok is None:
+                ok = admitted_engines[engine] = self.engines.admit(engine, t)
+            if not ok:
+                dropped["max_engines"] = dropped.get("max_engines", 0) + 1
+                dropped_names.setdefault("max_engines", set()).add(engine)
+                continue
+            if r.extra:
+                seen = extras.setdefault((inp.key, model), set())
+                if r.extra not in seen:
+                    if len(seen) >= max_extra:
+                        dropped["max_label_values"] = dropped.get("max_label_values", 0) + 1
+                        dropped_names.setdefault("max_label_values", set()).add(f"{inp.extra_label}={r.extra}")
+                        continue
+                    seen.add(r.extra)
+            role = r.role
+            if not r.lo <= v <= r.hi:
+                rejected["invalid_value"] = rejected.get("invalid_value", 0) + 1
+                if snap.rejected_detail is None:
+                    snap.rejected_detail = (f"{inp.names[r.prio]} ({role}, model {model!r}, engine {engine!r}) "
+                                            f"= {v!r}")
+                if inp.kind == HISTOGRAM and role != "created":
+                    bad_hists.add((inp.key, model, engine))
+                continue
+            models.add(model)
+            if role == "value":
+                key = (inp.key, model, engine, r.extra)
+                # labels this table folds (none on vLLM's pages today): add them up
+                values[key] = values.get(key, 0.0) + v
+            elif role == "created":
+                key = (inp.key, model, engine, r.extra)
+                created[key] = min(v, created.get(key, v))
+            else:
+                parts = hist_parts.get((inp.key, model, engine))
+                if parts is None:
+                    parts = hist_parts[(inp.key, model, engine)] = [{}, None, None]
+                if role == "bucket":
+                    b = parts[0]
+                    b[r.le] = b.get(r.le, 0.0) + v
+                elif role == "sum":
+                    parts[1] = (parts[1] or 0.0) + v
+                else:
+                    parts[2] = (parts[2] or 0.0) + v
+        by_model = snap.by_model
+        for (k, m, e, x), v in values.items():
+            lst = by_model.get((k, m))
+            if lst is None:
+                lst = by_model[(k, m)] = []
+            lst.append((e, x, v))
+        hists_by = snap.hists_by_model
+        for hkey, (b, hsum, hcount) in hist_parts.items():
+            if not b or hkey in bad_hists:
+                continue
+            buckets = tuple(sorted(b.items()))
+            top = buckets[-1][1] if math.isinf(buckets[-1][0]) else None
+            if hcount is None:
+                hcount = top if top is not None else 0.0
+            if (top is not None and hcount != top) or any(
+                    buckets[i][1] > buckets[i + 1][1] for i in range(len(buckets) - 1)):
+                # not a histogram: counts must grow with the bound and end at the count
+                rejected["invalid_value"] = rejected.get("invalid_value", 0) + 1
+                if snap.rejected_detail is None:
+                    snap.rejected_detail = f"histogram {hkey[0]} of model {hkey[1]!r} is not cumulative"
+                continue
+            h = snap.hists[hkey] = Hist(buckets=buckets, sum=hsum or 0.0, count=hcount)
+            lst = hists_by.get(hkey[:2])
+            if lst is None:
+                lst = hists_by[hkey[:2]] = []
+            lst.append(h)
+        snap.resolved = {k: INPUT_BY_KEY[k].names[p] for k, p in best.items()}
+        snap.models = frozenset(models)
+        snap.vllm_samples = routed + counted
+        snap.dropped_names = {k: tuple(sorted(v)) for k, v in dropped_names.items()}
+        return snap
+
+
+def normalize(page: Page, t: float, builder: Optional[Builder] = None) -> Snapshot:
+    """Sort the samples of a page parsed in full into a Snapshot taken at time ``t``."""
+    rows = []
+    counted = 0
+    seen = set()
+    duplicates = 0
     for s in page.samples:
-        route = _ROUTES.get(s.name)
-        if route is None:
-            if s.name == PROCESS_START and not s.labels:
-                process_start = s.value
-            elif s.name.startswith("vllm:"):
-                vllm_samples += 1
+        r = route(s.name, s.labels)
+        if r is None:
             continue
-        vllm_samples += 1
-        inp, role, prio = route
-        prev = best.get(inp.key)
-        if prev is None or prio < prev:
-            best[inp.key] = prio
-        hits.append((inp, role, prio, s))
-
-    snap = Snapshot(t=t, process_start=process_start, vllm_samples=vllm_samples)
-    values = snap.values
-    hist_parts: Dict[HistKey, Dict[str, object]] = {}
-    models = set()
-    for inp, role, prio, s in hits:
-        if prio != best[inp.key]:
+        if r is COUNT:
+            counted += 1
             continue
-        model = engine = extra = ""
-        le = None
-        for k, v in s.labels:
-            if k == "model_name":
-                model = v
-            elif k == "engine":
-                engine = v
-            elif k == "le":
-                le = v
-            elif k == inp.extra_label:
-                extra = v
-        models.add(model)
-        if role == "value":
-            key = (inp.key, model, engine, extra)
-            # same series twice (should not happen) or labels we fold: add them up
-            values[key] = values.get(key, 0.0) + s.value
+        ident = (s.name, tuple(sorted(s.labels)))
+        if ident in seen:
+            duplicates += 1
             continue
-        parts = hist_parts.setdefault((inp.key, model, engine), {"b": {}})
-        if role == "bucket":
-            if le is None:
-                continue
-            try:
-                bound = float(le)
-            except ValueError:
-                continue
-            b = parts["b"]
-            b[bound] = b.get(bound, 0.0) + s.value
-        else:
-            parts[role] = parts.get(role, 0.0) + s.value
-    for hkey, parts in hist_parts.items():
-        b = parts["b"]
-        if not b:
-            continue
-        buckets = tuple(sorted(b.items()))
-        count = parts.get("count", buckets[-1][1] if math.isinf(buckets[-1][0]) else 0.0)
-        snap.hists[hkey] = Hist(buckets=buckets, sum=parts.get("sum", 0.0), count=count)
-    snap.resolved = {k: INPUT_BY_KEY[k].names[p] for k, p in best.items()}
-    snap.models = frozenset(models)
+        seen.add(ident)
+        rows.append((r, s.value))
+    snap = (builder or Builder()).build(rows, t, counted)
+    if duplicates:
+        snap.rejected["duplicate"] = duplicates
     return snap
 
+
+class Reader:
+    """Page text -> Snapshot for the poll loop: a parser that keeps only the routed series."""
+
+    def __init__(self, caps: Caps = Caps(), memory: float = 300.0, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.parser = Parser(select=route, limits=limits)
+        self.builder = Builder(caps, memory)
+
+    def read(self, text: str, t: float) -> Tuple[Page, Snapshot]:
+        page = self.parser.parse(text)
+        snap = self.builder.build(page.selected, t, page.counted)
+        return page, snap

@@ -1,21 +1,31 @@
-"""Parsing the Prometheus text exposition format (version 0.0.4), as vLLM serves it.
+"""Parsing the Prometheus text exposition format, as vLLM serves it, at a constant cost per line.
 
-vLLM answers ``/metrics`` in the plain text format even when asked for OpenMetrics, so this is
-the only format the sidecar reads. The parser is written for speed on pages of a few hundred
-to a few thousand lines: one pass over the lines, a fast path for label sets without escapes,
-and no per-family objects. It yields the same samples as ``prometheus_client``'s text parser
-(checked in the tests on real vLLM pages) at a fraction of the cost (see ``bench/``).
+vLLM answers ``/metrics`` in the plain text format (version 0.0.4). The parser also reads what
+other servers put on the same kind of page: OpenMetrics-style float timestamps and exemplars,
+and Prometheus 3's quoted UTF-8 names (``{"vllm:name", "a.b"="x"}``). It yields the same samples
+as ``prometheus_client``'s text parser (golden tests on real vLLM pages, property tests on
+generated ones).
 
-What it accepts:
+How it stays cheap: consecutive pages of one server carry the same series text in the same
+order; only values change. A line ``<series> <value>`` is split once at its last space and the
+series text looked up in a cache of series already parsed and validated; the whole label work of
+every poll after the first is one dictionary look-up and one ``float()``. A line that misses the
+cache (first sight, odd spacing, a timestamp, an exemplar, a syntax error) goes down the careful
+path, which parses it completely and caches its series text when that is safe.
 
-- ``# HELP`` / ``# TYPE`` comments (types are recorded, other comments ignored);
-- label values with the escapes ``\\\\``, ``\\"`` and ``\\n``;
-- values ``NaN``, ``+Inf``, ``-Inf`` and any float spelling (``2.097152e+06``);
-- an optional integer timestamp (milliseconds) after the value, which is ignored;
-- ``_created``, ``_bucket``, ``_sum``, ``_count`` series as ordinary samples.
+``Parser(select=...)``: the caller says which series it wants (``select(name, labels)`` returns a
+note, or None for a valid series it does not read). Unwanted series are still read far enough to
+count a malformed line honestly (the cached series text was validated; the value is checked with
+``float``), but no sample is built for them. A selected series that occurs twice on one page is
+rejected (reason ``duplicate``; the first is kept, as Prometheus keeps the first).
 
-A line that cannot be read is skipped and counted in ``Page.malformed``; it never aborts the
-page.
+Limits (``Limits``): a line, a metric name or a label value over its limit, or more labels than
+allowed, is rejected with reason ``too_long``; the series cache is bounded in bytes (estimated
+from the text it holds) and is emptied, releasing its memory, when a page would push it over.
+
+A line that cannot be read is skipped and counted in ``Page.malformed`` by reason; it never
+aborts the page and nothing but this module's own ``ParseError`` is raised inside it (and that
+one never escapes ``parse``).
 """
 
 from __future__ import annotations
@@ -23,16 +33,17 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 Labels = Tuple[Tuple[str, str], ...]
 
-# A metric name (colons allowed, as in vLLM's ``vllm:`` prefix).
+# Reasons a line (or a value read from it) is rejected: ``vllm_sidecar_parse_malformed_lines_total{reason}``.
+# ``invalid_value`` and ``duplicate`` are decided by the reader of the inputs (``inputs``), the
+# others here.
+MALFORMED_REASONS = ("syntax", "too_long", "duplicate", "invalid_value")
+
 _NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
-# A whole label set with no escapes inside its values: the fast path checks it in one call
-# and then takes the pairs in another.
-_LABELSET_RE = re.compile(r'(?:\s*[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"[^"\\]*"\s*,)*(?:\s*[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"[^"\\]*"\s*)?,?\s*')
-_PAIR_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"\\]*)"')
+_LABEL_NAME_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 
 
 class Sample(NamedTuple):
@@ -47,199 +58,380 @@ class Sample(NamedTuple):
         return default
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one page may hold before a line is rejected as ``too_long``."""
+
+    max_line_chars: int = 16_384
+    max_name_chars: int = 256
+    max_label_value_chars: int = 4_096
+    max_labels: int = 128
+    cache_bytes: int = 8 << 20  # the series cache, estimated from the text it holds
+
+
+DEFAULT_LIMITS = Limits()
+
+
 @dataclass
 class Page:
-    samples: List[Sample] = field(default_factory=list)
+    samples: List[Sample] = field(default_factory=list)  # every sample (no ``select``)
+    selected: List[Tuple[Any, float]] = field(default_factory=list)  # (note, value) with ``select``
     types: Dict[str, str] = field(default_factory=dict)
     malformed: int = 0
+    reasons: Dict[str, int] = field(default_factory=dict)  # malformed lines by reason
     first_error: Optional[str] = None
+    lines: int = 0  # sample lines read (well-formed or not)
+    counted: int = 0  # series ``select`` answered ``COUNT`` for
 
     def names(self) -> set:
         return {s.name for s in self.samples}
+
+    def reject(self, reason: str, message: str) -> None:
+        self.malformed += 1
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
+        if self.first_error is None:
+            self.first_error = f"{reason}: {message[:160]}"
 
 
 class ParseError(ValueError):
     """A line that is not valid exposition text."""
 
+    def __init__(self, message: str, reason: str = "syntax") -> None:
+        super().__init__(message)
+        self.reason = reason
 
-def _parse_labels_slow(text: str) -> Labels:
-    """Character-by-character label parsing, used when a value contains an escape."""
-    out = []
-    i, n = 0, len(text)
-    while i < n:
-        while i < n and text[i] in " \t,":
-            i += 1
+
+# -- the careful path: one line, completely --------------------------------------------------
+
+def _quoted(text: str, i: int, limit: int) -> Tuple[str, int]:
+    """The string quoted at ``text[i] == '"'``, unescaped, and the index after its closing quote."""
+    n = len(text)
+    i += 1
+    start = i
+    j = text.find('"', i)
+    k = text.find("\\", i)
+    if j >= 0 and (k < 0 or k > j):  # no escape inside: one slice
+        if j - start > limit:
+            raise ParseError("label value too long", "too_long")
+        return text[start:j], j + 1
+    buf = []
+    while True:
         if i >= n:
-            break
-        j = text.find("=", i)
-        if j < 0:
-            raise ParseError("label without '='")
-        key = text[i:j].strip()
-        if not key or not (key[0].isalpha() or key[0] == "_") or not key.replace("_", "a").isalnum():
-            raise ParseError(f"bad label name {key!r}")
-        i = j + 1
-        while i < n and text[i] in " \t":
+            raise ParseError("unterminated quoted string")
+        c = text[i]
+        if c == "\\":
+            if i + 1 >= n:
+                raise ParseError("dangling escape")
+            e = text[i + 1]
+            if e == "n":
+                buf.append("\n")
+            elif e in '\\"':
+                buf.append(e)
+            else:  # Prometheus keeps unknown escapes as written
+                buf.append("\\" + e)
+            i += 2
+        elif c == '"':
             i += 1
-        if i >= n or text[i] != '"':
-            raise ParseError("label value not quoted")
-        i += 1
-        buf = []
-        while True:
-            if i >= n:
-                raise ParseError("unterminated label value")
-            c = text[i]
-            if c == "\\":
-                if i + 1 >= n:
-                    raise ParseError("dangling escape")
-                e = text[i + 1]
-                if e == "n":
-                    buf.append("\n")
-                elif e in '\\"':
-                    buf.append(e)
-                else:  # Prometheus keeps unknown escapes as written
-                    buf.append("\\" + e)
-                i += 2
-                continue
-            if c == '"':
-                i += 1
-                break
+            break
+        else:
             buf.append(c)
             i += 1
-        out.append((key, "".join(buf)))
-        while i < n and text[i] in " \t":
+        if len(buf) > limit:
+            raise ParseError("label value too long", "too_long")
+    return "".join(buf), i
+
+
+def _skip_ws(text: str, i: int) -> int:
+    n = len(text)
+    while i < n and text[i] in " \t":
+        i += 1
+    return i
+
+
+def _parse_braces(text: str, i: int, limits: Limits, name: Optional[str]) -> Tuple[Optional[str], Labels, int]:
+    """Parse ``{...}`` starting at ``text[i] == '{'``. A bare quoted string (no ``=``) is the
+    metric name (Prometheus 3's UTF-8 syntax). Returns (name, labels, index after '}')."""
+    n = len(text)
+    i += 1
+    out: List[Tuple[str, str]] = []
+    seen = set()
+    while True:
+        i = _skip_ws(text, i)
+        if i >= n:
+            raise ParseError("unterminated label set")
+        c = text[i]
+        if c == "}":
+            return name, tuple(out), i + 1
+        if c == '"':
+            key, i = _quoted(text, i, limits.max_name_chars)
+            i = _skip_ws(text, i)
+            if i < n and text[i] in ",}":  # a quoted name on its own: the metric name
+                if name is not None:
+                    raise ParseError("two metric names")
+                if not key:
+                    raise ParseError("empty metric name")
+                name = key
+                if text[i] == ",":
+                    i += 1
+                continue
+        else:
+            j = i
+            while j < n and (text[j].isalnum() or text[j] == "_") and text[j].isascii():
+                j += 1
+            key = text[i:j]
+            if not _LABEL_NAME_RE.match(key):
+                raise ParseError(f"bad label name {text[i:i + 20]!r}")
+            i = _skip_ws(text, j)
+        if len(key) > limits.max_name_chars:
+            raise ParseError("label name too long", "too_long")
+        if i >= n or text[i] != "=":
+            raise ParseError("label without '='")
+        i = _skip_ws(text, i + 1)
+        if i >= n or text[i] != '"':
+            raise ParseError("label value not quoted")
+        value, i = _quoted(text, i, limits.max_label_value_chars)
+        if key in seen:
+            raise ParseError(f"label {key!r} twice")
+        seen.add(key)
+        out.append((key, value))
+        if len(out) > limits.max_labels:
+            raise ParseError("too many labels", "too_long")
+        i = _skip_ws(text, i)
+        if i < n and text[i] == ",":
             i += 1
-        if i < n:
-            if text[i] != ",":
-                raise ParseError("expected ',' between labels")
-            i += 1
-    return tuple(out)
+        elif i < n and text[i] != "}":
+            raise ParseError("expected ',' between labels")
 
 
-def _parse_labels(text: str) -> Labels:
-    if "\\" in text:
-        return _parse_labels_slow(text)
-    if _LABELSET_RE.fullmatch(text) is None:
-        raise ParseError("bad label set")
-    return tuple(_PAIR_RE.findall(text))
+def _number(text: str) -> float:
+    t = text.strip()
+    if not t or "_" in t:
+        raise ParseError(f"not a number: {text[:30]!r}")
+    try:
+        return float(t)  # NaN, +Inf, -Inf, 1e+06
+    except ValueError:
+        raise ParseError(f"not a number: {text[:30]!r}") from None
 
 
-def _parse_value(text: str) -> float:
-    parts = text.split()
+def parse_line(line: str, limits: Limits = DEFAULT_LIMITS) -> Tuple[str, Labels, float, int]:
+    """One sample line: (name, labels, value, end of the series text). Raises ParseError."""
+    n = len(line)
+    if n > limits.max_line_chars:
+        raise ParseError("line too long", "too_long")
+    i = _skip_ws(line, 0)
+    name: Optional[str] = None
+    if i < n and line[i] != "{":
+        j = i
+        while j < n and line[j] not in " \t{":
+            j += 1
+        name = line[i:j]
+        if len(name) > limits.max_name_chars:
+            raise ParseError("metric name too long", "too_long")
+        if not _NAME_RE.match(name):
+            raise ParseError(f"bad metric name {name[:40]!r}")
+        i = j
+    labels: Labels = ()
+    if i < n and line[i] == "{":
+        name, labels, i = _parse_braces(line, i, limits, name)
+    if not name:
+        raise ParseError("no metric name")
+    end = i
+    rest = line[i:]
+    if rest and rest[0] not in " \t":
+        raise ParseError("no space before the value")
+    hash_at = rest.find(" # ")
+    if hash_at >= 0:  # an OpenMetrics exemplar: "value [ts] # {labels} value [ts]"
+        rest = rest[:hash_at]
+    parts = rest.split()
     if not parts or len(parts) > 2:
         raise ParseError("expected a value and an optional timestamp")
-    v = float(parts[0])  # accepts NaN, +Inf, -Inf, 1e+06
+    value = _number(parts[0])
     if len(parts) == 2:
-        int(parts[1])  # a timestamp must be an integer; its value is not used
-    return v
+        ts = _number(parts[1])  # integer milliseconds (text format) or float seconds (OpenMetrics)
+        if not math.isfinite(ts):
+            raise ParseError("timestamp not finite")
+    return name, labels, value, end
 
 
-# The whole-page fast path: every sample line in the plain shape vLLM writes (no escapes, no
-# spaces inside the braces). One C-level pass finds them all; if any non-comment line does not
-# have that shape, the page is read line by line instead, so nothing is lost or misread.
-_FAST_LINE_RE = re.compile(
-    r'\n([a-zA-Z_:][\w:]*)'
-    r'(?:\{((?:[a-zA-Z_]\w*="[^"\\\n]*",?)*)\})?'
-    r'[ \t]+([^ \t\n]+)(?:[ \t]+-?\d+)?[ \t\r]*(?=\n)',
-    re.A,
-)
-_FAST_PAIR_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
-_TYPE_RE = re.compile(r"\n# TYPE[ \t]+(\S+)[ \t]+(\S+)")
-_new_sample = tuple.__new__
+def _entry_bytes(key: str, labels: Labels) -> int:
+    return 120 + 2 * len(key) + sum(80 + len(k) + len(v) for k, v in labels)
+
+
+_SKIP = object()  # a valid series the caller does not read
+
+
+class _Count:
+    """``select`` may return ``COUNT``: a valid series not read, only counted (``Page.counted``)."""
+
+    def __repr__(self) -> str:
+        return "COUNT"
+
+
+COUNT = _Count()
 
 
 class Parser:
-    """A parser that remembers the series it has seen.
+    """A parser that remembers the series text it has read (bounded in bytes, per instance)."""
 
-    Consecutive pages from one vLLM carry the same series in the same order; only values
-    change. The parser keeps the parsed labels of each series text it has seen (bounded, per
-    instance, so nothing is shared between sidecars or tests), which turns the label work of
-    every poll after the first into a dictionary look-up.
-    """
+    def __init__(self, select: Optional[Callable[[str, Labels], Any]] = None,
+                 limits: Limits = DEFAULT_LIMITS) -> None:
+        self._select = select
+        self.limits = limits
+        self._cache: Dict[str, Any] = {}
+        self._ids: Dict[Tuple[str, Labels], int] = {}
+        self._next_id = 0  # never reset: ids from before a clear never collide with new ones
+        self.cache_bytes = 0
+        self.cache_clears = 0
 
-    def __init__(self, max_cached_series: int = 50_000) -> None:
-        self._labels: Dict[str, Labels] = {}
-        self._max = max_cached_series
+    def clear(self) -> None:
+        self._cache = {}  # a new dict: the old table's memory goes back at once
+        self._ids = {}
+        self.cache_bytes = 0
+        self.cache_clears += 1
 
     def parse(self, text: str) -> Page:
         """Parse one exposition page. Never raises on bad lines: they are counted."""
-        page = self._parse_fast(text)
-        return page if page is not None else self._parse_lines(text)
-
-    def _parse_fast(self, text: str) -> Optional[Page]:
-        rows = _FAST_LINE_RE.findall("\n" + text + "\n")
-        # Sample lines expected: all lines less comments and blank lines. Any miscount here can
-        # only make the expectation too high (a blank run, an indented comment), which sends the
-        # page down the careful path; it can never hide a bad line.
-        lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-        comments = text.count("\n#") + (1 if text.startswith("#") else 0)
-        blanks = text.count("\n\n") + (1 if text.startswith("\n") else 0)
-        if len(rows) != lines - comments - blanks:
-            return None
-        cache = self._labels
-        if len(cache) >= self._max:
-            cache.clear()
-        findall = _FAST_PAIR_RE.findall
-        samples = []
-        append = samples.append
-        try:
-            for name, ltext, value in rows:
-                if ltext:
-                    labels = cache.get(ltext)
-                    if labels is None:
-                        labels = cache[ltext] = tuple(findall(ltext))
-                else:
-                    labels = ()
-                append(_new_sample(Sample, (name, labels, float(value))))
-        except ValueError:
-            return None
-        page = Page(samples=samples)
-        page.types = dict(_TYPE_RE.findall("\n" + text))
-        return page
-
-    def _parse_lines(self, text: str) -> Page:
-        """Line by line: for pages with escapes, odd spacing or bad lines."""
         page = Page()
-        append = page.samples.append
+        cache = self._cache
+        get = cache.get
+        max_line = self.limits.max_line_chars
         types = page.types
-        for raw in text.split("\n"):
-            line = raw.strip()
+        selected = page.selected
+        select = self._select is not None
+        seen: set = set()
+        samples = page.samples
+        nlines = 0
+        for line in text.split("\n"):
             if not line:
                 continue
             if line[0] == "#":
-                if line.startswith("# TYPE "):
+                if not select and line.startswith("# TYPE "):
                     bits = line.split(None, 3)
-                    if len(bits) == 4:
+                    if len(bits) == 4 and len(line) <= max_line:
                         types[bits[2]] = bits[3].strip()
                 continue
-            try:
-                close = line.rfind("}")
-                if close >= 0:
-                    brace = line.find("{")
-                    if brace < 0 or brace > close:
-                        raise ParseError("'}' without '{'")
-                    name = line[:brace].rstrip()
-                    labels = _parse_labels(line[brace + 1 : close])
-                    rest = line[close + 1 :]
+            nlines += 1
+            head, _, val = line.rpartition(" ")
+            e = get(head)
+            if e is not None:
+                # a cached series text is valid and within the limits: only the value is new
+                if len(val) > 40 or "_" in val:
+                    e = None  # no float is written that long; "1_0" is Python's, not Prometheus'
                 else:
-                    parts = line.split(None, 1)
-                    if len(parts) < 2:
-                        raise ParseError("no value")
-                    name, rest = parts
-                    labels = ()
-                if _NAME_RE.match(name) is None:
-                    raise ParseError(f"bad metric name {name[:40]!r}")
-                value = _parse_value(rest)
-            except (ParseError, ValueError) as exc:
-                page.malformed += 1
-                if page.first_error is None:
-                    page.first_error = f"{exc}: {line[:80]!r}"
+                    try:
+                        v = float(val)
+                    except ValueError:
+                        e = None  # odd value text: the careful path decides
+            if e is None:
+                if len(line) > max_line:
+                    page.reject("too_long", f"line of {len(line)} characters")
+                else:
+                    self._careful(line, head, val, page, seen)
                 continue
-            append(Sample(name, labels, value))
+            if e is _SKIP:
+                continue
+            if select:
+                if e is COUNT:
+                    page.counted += 1
+                    continue
+                note, ident = e
+                if ident in seen:
+                    page.reject("duplicate", f"series seen twice on the page: {head[:120]}")
+                    continue
+                seen.add(ident)
+                selected.append((note, v))
+            else:
+                samples.append(Sample(e[0], e[1], v))
+        page.lines += nlines
         return page
+
+    def _careful(self, line: str, head: str, val: str, page: Page, seen: set) -> None:
+        stripped = line.strip()
+        if not stripped:
+            page.lines -= 1
+            return
+        if stripped[0] == "#":  # an indented comment
+            page.lines -= 1
+            if stripped.startswith("# TYPE "):
+                bits = stripped.split(None, 3)
+                if len(bits) == 4:
+                    page.types[bits[2]] = bits[3].strip()
+            return
+        # a known series followed by a timestamp: "<series> <value> <ts>"
+        head2, sep, mid = head.rpartition(" ")
+        e = self._cache.get(head2) if sep else None
+        if e is not None:
+            try:
+                v = _number(mid)
+                ts = _number(val)
+                if not math.isfinite(ts):
+                    raise ParseError("timestamp not finite")
+            except ParseError as exc:
+                page.reject(exc.reason, f"{exc}: {line[:120]!r}")
+                return
+            self._emit(e, v, head2, page, seen)
+            return
+        try:
+            name, labels, v, end = parse_line(line, self.limits)
+        except ParseError as exc:
+            page.reject(exc.reason, f"{exc}: {line[:120]!r}")
+            return
+        key = line[:end]
+        e = self._remember(key, name, labels)
+        self._emit(e, v, key, page, seen)
+
+    def _remember(self, key: str, name: str, labels: Labels) -> Any:
+        e = self._cache.get(key)
+        if e is not None:
+            return e
+        if self._select is not None:
+            note = self._select(name, labels)
+            if note is None:
+                e = _SKIP
+            elif note is COUNT:
+                e = COUNT
+            else:
+                e = (note, self._ident(name, labels))
+        else:
+            e = (name, labels)
+        size = _entry_bytes(key, labels)
+        if self.cache_bytes + size > self.limits.cache_bytes:
+            self.clear()
+            if self._select is not None and e is not _SKIP and e is not COUNT:
+                e = (e[0], self._ident(name, labels))
+        if size <= self.limits.cache_bytes:
+            self._cache[key] = e
+            self.cache_bytes += size
+        return e
+
+    def _ident(self, name: str, labels: Labels) -> int:
+        """One number per series (name and label set, in any label order)."""
+        key = (name, tuple(sorted(labels)))
+        ident = self._ids.get(key)
+        if ident is None:
+            ident = self._ids[key] = self._next_id
+            self._next_id += 1
+        return ident
+
+    def _emit(self, e: Any, v: float, key: str, page: Page, seen: set) -> None:
+        if e is _SKIP:
+            return
+        if e is COUNT:
+            page.counted += 1
+            return
+        if self._select is not None:
+            note, ident = e
+            if ident in seen:
+                page.reject("duplicate", f"series seen twice on the page: {key[:120]}")
+                return
+            seen.add(ident)
+            page.selected.append((note, v))
+        else:
+            page.samples.append(Sample(e[0], e[1], v))
 
 
 def parse(text: str) -> Page:
-    """Parse one page with a fresh parser (no memory of earlier pages)."""
+    """Parse one page with a fresh parser (no memory of earlier pages), every sample kept."""
     return Parser().parse(text)
 
 

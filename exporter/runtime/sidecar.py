@@ -4,36 +4,86 @@
 immutable ``Published`` object by swapping one reference; the collector only ever reads the
 latest ``Published``, so a scrape never waits on vLLM or NVML. Polls run one after another on
 one thread, so they never overlap; the clock is passed in.
+
+A poll costs work in proportion to the page, never to the window: the reader parses only the
+series the inputs route (cached per series text), the windows keep running totals
+(``windows``), the GPU mean keeps a running sum and the learned baseline sorts once per new
+sample.
+
+No frozen or wrong number: any failure of a poll, whatever raised it, counts a reason in
+``vllm_sidecar_poll_errors_total{target="vllm"}`` (the fetcher's reasons, or ``internal`` for
+an exception inside the sidecar, its type logged once per change), sets
+``target_up{target="vllm"}`` to 0 and publishes no derived series; after an internal failure
+the windows start again from a clean state. Values that cannot be right never reach the windows
+(``inputs``); a page from a second vLLM process behind the same URL is reported
+(``vllm_sidecar_vllm_multiple_processes``), not counted as a restart.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Deque, Dict, Optional, Tuple
 
 from .config import Config
 from .fetch import REASONS as VLLM_REASONS, FetchError
 from .gpu import GpuState, GpuUnavailable
-from .inputs import INPUTS, Snapshot, normalize
+from .inputs import INPUTS, Caps, Reader, Snapshot
 from .logs import StateLog, summarize
-from .parser import Parser
-from .signals import Baseline, Signals, derive
+from .parser import MALFORMED_REASONS
+from .signals import Baseline, Signals, derive_view
 from .state import Published
-from .windows import History, restarted
+from .windows import Windows
 
 log = logging.getLogger("vllm_sidecar")
 
 GPU_REASONS = ("nvml_init", "nvml", "gpu_lost")
+# Failures of a poll that are not the fetcher's: an exception inside the sidecar.
+SIDECAR_REASONS = ("internal",)
+# Why samples were left out of a page: the caps on models, engines, extra label values.
+CAP_REASONS = ("max_models", "max_engines", "max_label_values")
 
 
 @dataclass
 class Counters:
     errors: Dict[Tuple[str, str], int] = field(default_factory=dict)
-    malformed: int = 0
+    malformed: Dict[str, int] = field(default_factory=lambda: {r: 0 for r in MALFORMED_REASONS})
+    dropped: Dict[str, int] = field(default_factory=lambda: {r: 0 for r in CAP_REASONS})
     restarts: int = 0
+
+
+class _Mean:
+    """Mean of (t, value) over the last ``window`` seconds with a running sum."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.points: Deque[Tuple[float, float]] = deque()
+        self.total = 0.0
+        self.pops = 0
+
+    def add(self, t: float, v: float) -> None:
+        self.points.append((t, v))
+        self.total += v
+
+    def mean(self, now: float) -> Optional[float]:
+        pts = self.points
+        while pts and pts[0][0] < now - self.window:
+            self.total -= pts.popleft()[1]
+            self.pops += 1
+        if self.pops >= max(16, len(pts)):
+            self.total = math.fsum(v for _, v in pts)  # now and then from scratch: no drift
+            self.pops = 0
+        if not pts:
+            return None
+        return self.total / len(pts)
+
+    def clear(self) -> None:
+        self.points.clear()
+        self.total = 0.0
 
 
 class Sidecar:
@@ -52,14 +102,15 @@ class Sidecar:
         self.clock = clock
         self.monotonic = monotonic
         self.page_bytes = page_bytes
-        self.parser = Parser()
-        retention = max(cfg.window, cfg.stall_seconds) + 3 * cfg.poll_interval
-        self.history = History(retention)
+        self.retention = max(cfg.window, cfg.stall_seconds) + 3 * cfg.poll_interval
+        self.caps = Caps(cfg.max_models, cfg.max_engines, cfg.max_label_values)
+        self.reader = Reader(self.caps, memory=self.retention)
+        self.windows = Windows(cfg.window, self.retention, cfg.poll_interval)
         self.baseline = Baseline(horizon=cfg.baseline_horizon, spacing=max(cfg.poll_interval, 10.0))
-        self.util_history: List[Tuple[float, float]] = []
+        self.util = _Mean(cfg.window)
         self.counters = Counters()
         # known failure reasons start at 0, so rate() and increase() see the first failure
-        for reason in VLLM_REASONS:
+        for reason in (*VLLM_REASONS, *SIDECAR_REASONS):
             self.counters.errors[("vllm", reason)] = 0
         if gpu_source is not None:
             for reason in getattr(gpu_source, "reasons", GPU_REASONS):
@@ -69,6 +120,7 @@ class Sidecar:
         self.last_gpu: Optional[GpuState] = None
         self.last_missing: Tuple[Tuple[str, bool], ...] = ()
         self.last_resolved: Tuple[Tuple[str, str], ...] = ()
+        self.last_capped: Tuple[Tuple[str, int], ...] = ()
         self.poll_seconds: Dict[str, float] = {}
         self.states = StateLog(log)
         self.heartbeat = monotonic()
@@ -98,6 +150,8 @@ class Sidecar:
 
     # -- one poll --------------------------------------------------------------------------
     def poll_vllm(self, now: float) -> Optional[Snapshot]:
+        """Read and sort one vLLM page; None when it failed (counted). Exceptions other than the
+        fetcher's are the caller's to count (``internal``)."""
         t0 = self.monotonic()
         try:
             text = self.fetch()
@@ -106,18 +160,32 @@ class Sidecar:
             return None
         finally:
             self.poll_seconds["vllm"] = self.monotonic() - t0
-        page = self.parser.parse(text)
-        self.counters.malformed += page.malformed
-        if page.malformed:
-            self.states.change(("malformed",), page.first_error, logging.WARNING,
-                               f"vLLM page has {page.malformed} unreadable lines; first: {page.first_error}")
-        snap = normalize(page, now)
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8", errors="replace")
+        page, snap = self.reader.read(text, now)
+        bad = dict(page.reasons)
+        for reason, n in snap.rejected.items():
+            bad[reason] = bad.get(reason, 0) + n
+        for reason, n in bad.items():
+            self.counters.malformed[reason] = self.counters.malformed.get(reason, 0) + n
+        first = page.first_error or snap.rejected_detail
+        self.states.change(("malformed",), tuple(sorted(bad)), logging.WARNING if bad else logging.INFO,
+                           (f"vLLM page has lines left out ({', '.join(f'{r}: {n}' for r, n in sorted(bad.items()))}); "
+                            f"first: {first}") if bad else "vLLM page read without a bad line",
+                           quiet_first=True)
+        for reason, n in snap.dropped.items():
+            self.counters.dropped[reason] = self.counters.dropped.get(reason, 0) + n
+        self.last_capped = tuple(sorted((r, len(v)) for r, v in snap.dropped_names.items()))
+        self.states.change(("capped",), tuple(sorted(snap.dropped_names.items())),
+                           logging.WARNING if snap.dropped_names else logging.INFO,
+                           ("vLLM page over the sidecar's caps, left out: " + "; ".join(
+                               f"{r} ({getattr(self.caps, r)}): {summarize(v)}" for r, v in sorted(snap.dropped_names.items())))
+                           if snap.dropped_names else "vLLM page within the caps again", quiet_first=True)
         if snap.vllm_samples == 0:
-            what = "no vllm: metrics" if page.samples else "nothing readable"
-            self._error("vllm", "parse", f"the page has {what} ({len(text)} bytes, "
+            what = "no vllm: metrics" if (page.lines - page.malformed) > 0 else "nothing readable"
+            self._error("vllm", "parse", f"the page has {what} ({len(text)} characters, "
                                          f"{page.malformed} unreadable lines)")
             return None
-        self._ok("vllm", now)
         return snap
 
     def poll_gpu(self, now: float) -> Optional[GpuState]:
@@ -150,56 +218,92 @@ class Sidecar:
                 self.last_success["gpu"] = now
         return state
 
+    def _internal(self, exc: BaseException) -> None:
+        """A failure inside the sidecar: counted and shown like any failed read; the windows
+        start again from a clean state, so nothing half-updated is ever derived from."""
+        name = type(exc).__name__
+        if self.states.said(("internal",)) != name:
+            log.error("poll failed inside the sidecar (%s: %s); vLLM shown down until a poll succeeds",
+                      name, str(exc)[:200], exc_info=exc)
+            self.states._said[("internal",)] = name
+        self._error("vllm", "internal", f"{name} inside the sidecar")
+        self.windows.reset()
+        self.reader = Reader(self.caps, memory=self.retention)
+        self.util.clear()
+
+    def _take(self, snap: Snapshot, now: float) -> None:
+        """Feed the windows with a good snapshot and note what changed."""
+        result = self.windows.add(snap)
+        if result.rejected:
+            self.counters.malformed["invalid_value"] = self.counters.malformed.get("invalid_value", 0) + result.rejected
+        if result.restart:
+            self.counters.restarts += 1
+            log.info("vLLM restarted (process start time changed); counters continue from zero")
+        multiple = self.windows.multiple_processes(now)
+        self.states.change(("multiple",), multiple, logging.WARNING if multiple else logging.INFO,
+                           "two servers behind one URL: pages alternate between vLLM processes with different "
+                           "start times (a Service, not the pod); point the sidecar at the pod's own port"
+                           if multiple else "one vLLM process behind the URL again", quiet_first=True)
+        missing = set(snap.missing_required())
+        self.last_missing = tuple(sorted(
+            (i.names[0], i.names[0] in missing) for i in INPUTS if i.required))
+        self.last_resolved = tuple(sorted(snap.resolved.items()))
+        self.states.change(("missing",), tuple(sorted(missing)),
+                           logging.WARNING if missing else logging.INFO,
+                           ("vLLM inputs missing under every known name: " + ", ".join(sorted(missing)))
+                           if missing else "every required vLLM input present", quiet_first=True)
+        self.states.change(("models",), tuple(sorted(snap.models)), logging.INFO,
+                           "models served: " + summarize(sorted(snap.models)))
+
     def poll_once(self) -> Published:
         now = self.clock()
         self.heartbeat = self.monotonic()
-        snap = self.poll_vllm(now)
-        if snap is not None:
-            prev = self.history.latest()
-            if prev is not None and restarted(prev, snap):
-                self.counters.restarts += 1
-                log.info("vLLM restarted (process start time changed); counters continue from zero")
-            self.history.add(snap)
-            missing = set(snap.missing_required())
-            self.last_missing = tuple(sorted(
-                (i.names[0], i.names[0] in missing) for i in INPUTS if i.required))
-            self.last_resolved = tuple(sorted(snap.resolved.items()))
-            self.states.change(("missing",), tuple(sorted(missing)),
-                               logging.WARNING if missing else logging.INFO,
-                               ("vLLM inputs missing under every known name: " + ", ".join(sorted(missing)))
-                               if missing else "every required vLLM input present", quiet_first=True)
-            self.states.change(("models",), tuple(sorted(snap.models)), logging.INFO,
-                               "models served: " + summarize(sorted(snap.models)))
+        snap = None
+        try:
+            snap = self.poll_vllm(now)
+            if snap is not None:
+                self._take(snap, now)
+        except Exception as exc:  # noqa: BLE001 - whatever it is, it is counted and shown
+            self._internal(exc)
+            snap = None
         gpu = self.poll_gpu(now)
         if gpu is not None:
             self.last_gpu = gpu
             util = gpu.mean_utilization()
             if util is not None:
-                self.util_history.append((now, util))
+                self.util.add(now, util)
         elif self.gpu_source is not None:
             self.last_gpu = None
-        horizon = now - max(self.cfg.window, 1.0) - self.cfg.poll_interval
-        self.util_history = [p for p in self.util_history if p[0] >= horizon]
+        mean_util = self.util.mean(now)
 
         signals = Signals()
         if snap is not None:
-            window = self.history.window(now, self.cfg.window)
-            stall = self.history.window(now, self.history.retention)
-            signals = derive(window, stall, now, self.cfg, self.util_history, self.baseline)
-            self._learn(signals, now)
+            try:
+                signals = derive_view(self.windows.view(now), self.cfg, mean_util, self.baseline)
+                self._learn(signals, now)
+                self._ok("vllm", now)
+            except Exception as exc:  # noqa: BLE001
+                self._internal(exc)
+                snap = None
+                signals = Signals()
         self.heartbeat = self.monotonic()
         self.polls += 1
+        up = self.up.get("vllm")
         pub = Published(
             t=now,
             signals=signals,
             up=tuple(sorted(self.up.items())),
             last_success=tuple(sorted(self.last_success.items())),
             errors_total=tuple(sorted(self.counters.errors.items())),
-            input_missing=self.last_missing if self.up.get("vllm") else (),
-            input_resolved=self.last_resolved if self.up.get("vllm") else (),
+            input_missing=self.last_missing if up else (),
+            input_resolved=self.last_resolved if up else (),
             gpu=self.last_gpu,
-            malformed_lines_total=self.counters.malformed,
+            malformed_lines_total=sum(self.counters.malformed.values()),
+            malformed_by_reason=tuple(sorted(self.counters.malformed.items())),
+            dropped_by_reason=tuple(sorted(self.counters.dropped.items())),
+            capped_now=self.last_capped if up else (),
             vllm_restarts_total=self.counters.restarts,
+            vllm_multiple_processes=self.windows.multiple_processes(now) if up else None,
             poll_seconds=tuple(sorted(self.poll_seconds.items())),
             page_bytes=self.page_bytes() if snap is not None else 0,
             gpu_source=getattr(self.gpu_source, "kind", ""),
@@ -208,9 +312,12 @@ class Sidecar:
         return pub
 
     def _learn(self, signals: Signals, now: float) -> None:
-        """Feed the baseline with busy-time throughput, never with flagged (bad) samples."""
+        """Feed the baseline with busy-time throughput, never with flagged (bad) samples, nor
+        while two vLLM processes answer one URL (their rates are not this pod's)."""
+        if self.polls % 64 == 0:
+            self.baseline.forget_old(now, self.cfg.max_models)
         util = signals.gpu_mean_utilization
-        if util is None or util < self.cfg.busy_utilization:
+        if util is None or util < self.cfg.busy_utilization or self.windows.multiple_processes(now):
             return
         for m in signals.models:
             gen = m.throughput.generation_tokens_per_second
@@ -224,7 +331,7 @@ class Sidecar:
         while not stop.is_set():
             try:
                 self.poll_once()
-            except Exception:  # a bug must not kill the loop: say it, keep serving
+            except Exception:  # poll_once counts its own failures; this is the last resort
                 log.exception("poll failed unexpectedly")
                 self.heartbeat = self.monotonic()
             next_at += self.cfg.poll_interval

@@ -28,7 +28,11 @@ class Published:
     input_resolved: Tuple[Tuple[str, str], ...] = ()
     gpu: Optional[GpuState] = None
     malformed_lines_total: int = 0
+    malformed_by_reason: Tuple[Tuple[str, int], ...] = ()  # lines or values left out, by reason
+    dropped_by_reason: Tuple[Tuple[str, int], ...] = ()  # samples over a cap, by cap
+    capped_now: Tuple[Tuple[str, int], ...] = ()  # on the last page: how many models/engines/values over a cap
     vllm_restarts_total: int = 0
+    vllm_multiple_processes: Optional[bool] = None  # None while vLLM is not read
     poll_seconds: Tuple[Tuple[str, float], ...] = ()
     page_bytes: int = 0
     version: str = __version__

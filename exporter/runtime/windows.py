@@ -1,134 +1,575 @@
-"""Sliding windows over snapshots, and the counter and histogram arithmetic on them.
+"""Sliding windows with constant work per poll: reset-adjusted running totals and a ring of them.
 
-Everything here is a pure function of the snapshots it is given, except ``History``, which only
-stores them. Time is never read from a clock: each snapshot carries the time it was taken and
-callers pass ``now``.
+``Windows.add`` takes one snapshot at a time. For every counter and histogram series it works
+out the increase since the same series was last seen (counter resets handled) and adds it to a
+running total per ``(input, model_name, extra label)`` and per histogram bucket, all engines
+together: a "virtual counter" that never goes down. After each poll the totals are copied into a
+ring of ``(t, totals)`` (one flat ``array('d')``), so the increase over any window the ring
+covers is one subtraction per total, ``totals(last) - totals(first)``, whatever the number of
+polls in the window. Gauges are read from the latest snapshot; the KV-usage trend keeps running
+sums for its least-squares slope; the stall check keeps, per model, when requests were last not
+running. The cost of a poll grows with the series on the page, never with the window.
 
-Counter resets are handled the way Prometheus' ``rate()`` handles them (a value lower than the
-one before means the counter restarted from zero, so the whole new value is the increase), with
-two improvements: a change of vLLM's ``process_start_time_seconds`` marks a restart even when
-the new counter has already climbed past the old value, and a series that appears while the
-process is the same (vLLM creates labelled series lazily) counts its first value instead of
-losing it.
+Increases, like Prometheus' ``rate()``: a value lower than the one before means the counter
+restarted from zero, so the whole new value is the increase (for a histogram: its count or any
+bucket went down). Beyond ``rate()``:
+
+- a change of vLLM's ``process_start_time_seconds`` to a later, never seen value is a restart:
+  every series counts from zero, even one that already climbed past its old value;
+- a start time seen before, or earlier than the current one, is another process answering the
+  same URL (two servers behind a Service): nothing is reset and no restart is counted; each
+  process keeps its own last values, so increases stay each process's own and add up to what the
+  processes did together (``other_process`` in the result; the poll loop reports it);
+- a series missing from a page is remembered (its last value, for ``memory`` seconds): when it
+  comes back, its increase is its growth since it was last seen, never its whole value, and its
+  total stays in the window while it is away;
+- a series seen for the first time while the process is the same counts its value as an
+  increase only when it was created since the previous poll: vLLM creates labelled series lazily
+  at their first event. With the series' ``_created`` time on the page that is known (created
+  after the previous poll, with one poll interval of tolerance for clocks). Without it, the value
+  must be small: no more than one poll's worth of that input for that model (the largest
+  increase of one series of it in the previous poll, at least 1). Otherwise it counts from its
+  current value (an engine label changing, or a series the sidecar missed, never spikes a rate).
+
+The first snapshot is the baseline: it holds no increase. Time going backwards (a corrected
+clock) starts everything again. Nothing here reads a clock.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
-from typing import Deque, Dict, Iterable, List, Optional, Sequence, Tuple
+from array import array
+from bisect import bisect_left, bisect_right
+from collections import OrderedDict, deque
+from typing import Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from .inputs import COUNTER, INPUT_BY_KEY, Hist, HistKey, SeriesKey, Snapshot
+from .inputs import COUNTER, INPUTS, Hist, HistKey, SeriesKey, Snapshot
 
 Buckets = List[Tuple[float, float]]  # (upper bound, cumulative count), sorted
 
-
-class History:
-    """The snapshots of the last ``retention`` seconds, oldest first."""
-
-    def __init__(self, retention: float) -> None:
-        self.retention = float(retention)
-        self._snaps: Deque[Snapshot] = deque()
-
-    def add(self, snap: Snapshot) -> None:
-        if self._snaps and snap.t < self._snaps[-1].t:
-            # time went backwards (a replayed or corrected clock): start again
-            self._snaps.clear()
-        self._snaps.append(snap)
-        horizon = snap.t - self.retention
-        while len(self._snaps) > 1 and self._snaps[0].t < horizon:
-            self._snaps.popleft()
-
-    def window(self, now: float, seconds: float) -> List[Snapshot]:
-        lo = now - seconds
-        return [s for s in self._snaps if lo <= s.t <= now]
-
-    def latest(self) -> Optional[Snapshot]:
-        return self._snaps[-1] if self._snaps else None
-
-    def __len__(self) -> int:
-        return len(self._snaps)
+_COUNTER_KEYS = frozenset(i.key for i in INPUTS if i.kind == COUNTER)
+_MAX_PROCESSES = 4
 
 
-def restarted(prev: Snapshot, cur: Snapshot) -> bool:
-    """True when vLLM's process changed between two snapshots."""
-    return (
-        prev.process_start is not None
-        and cur.process_start is not None
-        and prev.process_start != cur.process_start
-    )
+# No vLLM counter grows faster than this (tokens, requests, seconds, per second): a bigger jump
+# between two reads of one series is a wrong value, rejected, never a rate.
+MAX_RATE_PER_SECOND = 1e9
 
 
-def _is_counter(key: str) -> bool:
-    return INPUT_BY_KEY[key].kind == COUNTER
+class AddResult(NamedTuple):
+    restart: bool  # a new vLLM process (later start time, never seen before)
+    other_process: bool  # a process seen before or older than the current one answered
+    rejected: int = 0  # values rejected as impossible (a jump too big, a drop without a restart)
 
 
-def counter_increases(snaps: Sequence[Snapshot]) -> Dict[SeriesKey, float]:
-    """Increase of every counter series across the snapshots, resets handled."""
-    out: Dict[SeriesKey, float] = {}
-    for prev, cur in zip(snaps, snaps[1:]):
-        reset_all = restarted(prev, cur)
-        pv = prev.values
-        for key, v in cur.values.items():
-            if not _is_counter(key[0]):
+class _Proc:
+    """The last value of every series of one vLLM process, and when it was seen."""
+
+    __slots__ = ("start", "last", "hlast", "seen", "down")
+
+    def __init__(self, start: Optional[float]) -> None:
+        self.start = start
+        self.down: set = set()  # series that went down on the last read without a restart
+        self.last: Dict[SeriesKey, Tuple[float, float]] = {}
+        self.hlast: Dict[HistKey, Tuple[Hist, float, Tuple[int, ...]]] = {}
+        self.seen = -math.inf
+
+
+class _HistSlots:
+    __slots__ = ("les", "slots", "by_le", "sum", "count")
+
+    def __init__(self, sum_slot: int, count_slot: int) -> None:
+        self.les: List[float] = []
+        self.slots: List[int] = []
+        self.by_le: Dict[float, int] = {}
+        self.sum = sum_slot
+        self.count = count_slot
+
+
+class _Trend:
+    """Running sums for the least-squares slope of (t, y) over a sliding window."""
+
+    __slots__ = ("pts", "t0", "st", "sy", "stt", "sty", "pops")
+
+    def __init__(self) -> None:
+        self.pts: Deque[Tuple[float, float]] = deque()
+        self.t0 = 0.0
+        self.st = self.sy = self.stt = self.sty = 0.0
+        self.pops = 0
+
+    def _sums(self) -> None:
+        self.t0 = self.pts[0][0] if self.pts else 0.0
+        self.st = self.sy = self.stt = self.sty = 0.0
+        for t, y in self.pts:
+            self._plus(t, y, 1.0)
+        self.pops = 0
+
+    def _plus(self, t: float, y: float, sign: float) -> None:
+        x = t - self.t0
+        self.st += sign * x
+        self.sy += sign * y
+        self.stt += sign * x * x
+        self.sty += sign * x * y
+
+    def add(self, t: float, y: float) -> None:
+        if not self.pts:
+            self.t0 = t
+        self.pts.append((t, y))
+        self._plus(t, y, 1.0)
+
+    def evict(self, lo: float) -> None:
+        pts = self.pts
+        while pts and pts[0][0] < lo:
+            t, y = pts.popleft()
+            self._plus(t, y, -1.0)
+            self.pops += 1
+        if self.pops >= max(16, len(pts)):
+            self._sums()  # now and then from scratch (amortized constant): no drift, origin kept near
+
+    def slope(self) -> Optional[float]:
+        n = len(self.pts)
+        if n < 2:
+            return None
+        den = n * self.stt - self.st * self.st
+        if den <= 1e-9 * max(1.0, n * self.stt):
+            return None
+        return (n * self.sty - self.st * self.sy) / den
+
+
+class Windows:
+    """Running totals and their ring (see the module docstring). Owned by one poll loop."""
+
+    def __init__(self, window: float, retention: float = 0.0, poll_interval: float = 1.0,
+                 memory: Optional[float] = None) -> None:
+        self.window = float(window)
+        self.retention = max(float(retention), self.window)
+        self.poll_interval = float(poll_interval)
+        self.memory = float(memory) if memory is not None else self.retention
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything (time went backwards, or the poll loop asks after a failure)."""
+        self._procs: "OrderedDict[Optional[float], _Proc]" = OrderedDict()
+        self._proc: Optional[_Proc] = None
+        self._agg: List[float] = []
+        self._slot_keys: List[tuple] = []
+        self._ctr: Dict[Tuple[str, str], Dict[str, int]] = {}
+        self._hst: Dict[Tuple[str, str], _HistSlots] = {}
+        self._times: List[float] = []
+        self._ring: List[array] = []
+        self._head = 0
+        self._trend: Dict[str, _Trend] = {}
+        self._not_running: Dict[str, float] = {}
+        self._absent_t = -math.inf
+        self._model_seen: Dict[str, float] = {}
+        self._step: Dict[Tuple[str, str], float] = {}
+        self._seen_at: Dict[Tuple[str, str], float] = {}  # (counter input, model) -> last on a page
+        self.latest: Optional[Snapshot] = None
+        self.other_process_t = -math.inf  # when another process last answered
+        self.polls = 0
+
+    # -- slots ---------------------------------------------------------------------------------
+    def _new_slot(self, key: tuple) -> int:
+        self._agg.append(0.0)
+        self._slot_keys.append(key)
+        return len(self._agg) - 1
+
+    def _ctr_slot(self, inp: str, model: str, extra: str) -> int:
+        d = self._ctr.get((inp, model))
+        if d is None:
+            d = self._ctr[(inp, model)] = {}
+        slot = d.get(extra)
+        if slot is None:
+            slot = d[extra] = self._new_slot(("c", inp, model, extra))
+        return slot
+
+    def _hist_slots(self, inp: str, model: str, les: Tuple[float, ...]) -> Tuple[int, ...]:
+        hs = self._hst.get((inp, model))
+        if hs is None:
+            hs = self._hst[(inp, model)] = _HistSlots(self._new_slot(("s", inp, model)),
+                                                      self._new_slot(("n", inp, model)))
+        by_le = hs.by_le
+        out = []
+        for le in les:
+            slot = by_le.get(le)
+            if slot is None:
+                slot = by_le[le] = self._new_slot(("b", inp, model, le))
+                hs.les = sorted(by_le)
+                hs.slots = [by_le[x] for x in hs.les]
+            out.append(slot)
+        return tuple(out)
+
+    # -- one poll ------------------------------------------------------------------------------
+    def _process_for(self, snap: Snapshot, t: float) -> Tuple[_Proc, bool, bool, bool]:
+        """(process state, fresh: its values count from zero, restart, other process)."""
+        start = snap.process_start
+        cur = self._proc
+        if cur is None:
+            proc = _Proc(start)
+            self._procs[start] = proc
+            return proc, False, False, False
+        if start is None or start == cur.start:
+            return cur, False, False, False
+        if cur.start is None:  # the start time appeared: the same process, now named
+            self._procs.pop(None, None)
+            cur.start = start
+            self._procs[start] = cur
+            return cur, False, False, False
+        known = self._procs.get(start)
+        if known is not None or start < cur.start:
+            proc = known or _Proc(start)
+            self._procs[start] = proc
+            self._procs.move_to_end(start)
+            return proc, False, False, True
+        proc = _Proc(start)
+        self._procs[start] = proc
+        while len(self._procs) > _MAX_PROCESSES:
+            self._procs.popitem(last=False)
+        return proc, True, True, False
+
+    def add(self, snap: Snapshot) -> AddResult:
+        t = snap.t
+        if self._times and t < self._times[-1]:
+            self.reset()
+        prev_t = self._times[-1] if self._times else None
+        proc, fresh, restart, other = self._process_for(snap, t)
+        if other:
+            self.other_process_t = t
+        self._proc = proc
+        proc.seen = t
+        agg = self._agg
+        step = self._step
+        new_step: Dict[Tuple[str, str], float] = {}
+        tolerance = self.poll_interval + 1.0
+        last = proc.last
+        created = snap.created
+
+        def credit(key: SeriesKey, value: float) -> float:
+            """What a series seen for the first time in this process adds."""
+            if prev_t is None or other:
+                return 0.0  # the baseline, or a process whose history we do not have
+            if fresh:
+                return value  # a new process: its counters started from zero
+            c = created.get(key)
+            if c is not None:
+                return value if c >= prev_t - tolerance else 0.0
+            return value if value <= max(1.0, step.get((key[0], key[1]), 0.0)) else 0.0
+
+        rejected = 0
+        down = proc.down
+        named = proc.start is not None  # a known start time: a drop without its change is wrong
+        for key, v in snap.values.items():
+            inp = key[0]
+            if inp not in _COUNTER_KEYS:
                 continue
-            p = pv.get(key)
-            if p is None or reset_all or v < p:
-                inc = v if v > 0 else 0.0
+            prev = last.get(key)
+            if prev is None:
+                inc = credit(key, v)
             else:
-                inc = v - p
-            out[key] = out.get(key, 0.0) + inc
-    return out
-
-
-def histogram_increases(snaps: Sequence[Snapshot]) -> Dict[HistKey, Hist]:
-    """Increase of every histogram series across the snapshots, as a histogram of its own."""
-    acc: Dict[HistKey, Dict[str, object]] = {}
-    for prev, cur in zip(snaps, snaps[1:]):
-        reset_all = restarted(prev, cur)
-        for key, h in cur.hists.items():
-            p = prev.hists.get(key)
-            reset = (
-                p is None
-                or reset_all
-                or h.count < p.count
-                or any(c < pc for (_, c), (_, pc) in zip(h.buckets, p.buckets))
-            )
-            a = acc.setdefault(key, {"b": {}, "sum": 0.0, "count": 0.0})
-            b = a["b"]
-            if reset:
-                for le, c in h.buckets:
-                    b[le] = b.get(le, 0.0) + c
-                a["sum"] += h.sum
-                a["count"] += h.count
+                p, pt_ = prev
+                if v >= p:
+                    inc = v - p
+                    if inc > MAX_RATE_PER_SECOND * max(t - pt_, 1e-3):
+                        rejected += 1  # an impossible jump: this value is wrong, keep the last
+                        continue
+                    down.discard(key)
+                elif named and key not in down:
+                    rejected += 1  # down without a restart: wrong once; twice in a row, a reset
+                    down.add(key)
+                    continue
+                else:
+                    down.discard(key)
+                    inc = v if not named else 0.0
+            last[key] = (v, t)
+            self._seen_at[(inp, key[1])] = t
+            d = self._ctr.get((inp, key[1]))
+            slot = d.get(key[3]) if d is not None else None
+            if slot is None:
+                slot = self._ctr_slot(inp, key[1], key[3])
+            if inc:
+                agg[slot] += inc
+                mk = (inp, key[1])
+                if inc > new_step.get(mk, 0.0):
+                    new_step[mk] = inc
+        hlast = proc.hlast
+        for hkey, h in snap.hists.items():
+            prev = hlast.get(hkey)
+            les = tuple([le for le, _c in h.buckets])
+            same = prev is not None and prev[3] == les
+            if prev is not None and not same:
+                if set(les) < set(prev[3]):
+                    continue  # buckets missing from this page: incomplete, keep the last one whole
+                hlast[hkey] = (h, t, self._hist_slots(hkey[0], hkey[1], les), les)
+                continue  # a new bucket layout: a new baseline, no increase from it
+            slots = prev[2] if same else self._hist_slots(hkey[0], hkey[1], les)
+            hs = self._hst[(hkey[0], hkey[1])]
+            if prev is None:
+                whole = credit((hkey[0], hkey[1], hkey[2], ""), h.count) > 0
             else:
-                prev_b = dict(p.buckets)
-                for le, c in h.buckets:
-                    b[le] = b.get(le, 0.0) + c - prev_b.get(le, 0.0)
-                a["sum"] += h.sum - p.sum
-                a["count"] += h.count - p.count
-    return {
-        k: Hist(buckets=tuple(sorted(a["b"].items())), sum=a["sum"], count=a["count"])
-        for k, a in acc.items()
-    }
+                p = prev[0]
+                if h.count < p.count:
+                    whole = True
+                else:
+                    whole = any(c < pc for (_le, c), (_ple, pc) in zip(h.buckets, p.buckets))
+                if whole and named and hkey not in down:
+                    rejected += 1  # down without a restart: wrong once; twice in a row, a reset
+                    down.add(hkey)
+                    continue
+                if whole and named:
+                    down.discard(hkey)
+                    hlast[hkey] = (h, t, slots, les)  # a reset we cannot place: a new baseline
+                    continue
+                if not whole and h.count - p.count > MAX_RATE_PER_SECOND * max(t - prev[1], 1e-3):
+                    rejected += 1
+                    continue
+                down.discard(hkey)
+                if not whole:
+                    for slot, (_le, c), (_ple, pc) in zip(slots, h.buckets, p.buckets):
+                        agg[slot] += c - pc
+                    agg[hs.sum] += h.sum - p.sum
+                    agg[hs.count] += h.count - p.count
+                    mk = (hkey[0], hkey[1])
+                    if h.count - p.count > new_step.get(mk, 0.0):
+                        new_step[mk] = h.count - p.count
+            if whole:
+                for slot, (_le, c) in zip(slots, h.buckets):
+                    agg[slot] += c
+                agg[hs.sum] += h.sum
+                agg[hs.count] += h.count
+            hlast[hkey] = (h, t, slots, les)
+        self._step = new_step
+
+        # gauges, the KV trend and the stall bookkeeping, per model
+        lo = t - self.window
+        models = snap.models
+        seen = self._model_seen
+        for m in models:
+            if m not in seen:
+                self._not_running[m] = prev_t if prev_t is not None else -math.inf
+            seen[m] = t
+        if not (snap.present("running") and snap.present("generation_tokens")):
+            self._absent_t = t
+        for m in seen:
+            if sum(snap.gauge("running", m)) <= 0:
+                self._not_running[m] = t
+            kv = snap.gauge("kv_usage", m)
+            tr = self._trend.get(m)
+            if kv:
+                if tr is None:
+                    tr = self._trend[m] = _Trend()
+                tr.add(t, max(kv))
+            if tr is not None:
+                tr.evict(lo)
+
+        # the ring
+        self._times.append(t)
+        self._ring.append(array("d", agg))
+        horizon = t - self.retention
+        times = self._times
+        while self._head < len(times) - 1 and times[self._head] < horizon:
+            self._head += 1
+        if self._head > 64 and self._head * 2 > len(times):
+            del times[: self._head]
+            del self._ring[: self._head]
+            self._head = 0
+        self.latest = snap
+        self.polls += 1
+        if self.polls % 32 == 0:
+            self._forget(t)
+        return AddResult(restart, other, rejected)
+
+    def _forget(self, t: float) -> None:
+        """Drop what has not been seen for ``memory`` seconds (series, processes, models)."""
+        lo = t - self.memory
+        for start, proc in list(self._procs.items()):
+            if proc is not self._proc and proc.seen < lo:
+                del self._procs[start]
+                continue
+            for key in [k for k, (_v, seen) in proc.last.items() if seen < lo]:
+                del proc.last[key]
+            for key in [k for k, v in proc.hlast.items() if v[1] < lo]:
+                del proc.hlast[key]
+        gone = [m for m, seen in self._model_seen.items() if seen < lo]
+        for k in [k for k, seen in self._seen_at.items() if seen < lo]:
+            del self._seen_at[k]
+        for m in gone:
+            del self._model_seen[m]
+            self._not_running.pop(m, None)
+            self._trend.pop(m, None)
+        if gone:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Renumber the totals of the models still known; rewrite the ring to match."""
+        keep = [i for i, key in enumerate(self._slot_keys) if key[2] in self._model_seen]
+        if len(keep) == len(self._slot_keys):
+            return
+        new_of = {old: new for new, old in enumerate(keep)}
+        self._slot_keys = [self._slot_keys[i] for i in keep]
+        self._agg = [self._agg[i] for i in keep]
+        ring = self._ring
+        for k in range(self._head, len(ring)):
+            old = ring[k]
+            n = len(old)
+            ring[k] = array("d", [old[i] if i < n else 0.0 for i in keep])
+        del ring[: self._head]
+        del self._times[: self._head]
+        self._head = 0
+        self._ctr = {}
+        self._hst = {}
+        for idx, key in enumerate(self._slot_keys):
+            if key[0] == "c":
+                self._ctr.setdefault((key[1], key[2]), {})[key[3]] = idx
+        for idx, key in enumerate(self._slot_keys):
+            if key[0] in ("s", "n"):
+                hs = self._hst.get((key[1], key[2]))
+                if hs is None:
+                    hs = self._hst[(key[1], key[2])] = _HistSlots(-1, -1)
+                if key[0] == "s":
+                    hs.sum = idx
+                else:
+                    hs.count = idx
+        for idx, key in enumerate(self._slot_keys):
+            if key[0] == "b":
+                hs = self._hst[(key[1], key[2])]
+                hs.by_le[key[3]] = idx
+        for hs in self._hst.values():
+            hs.les = sorted(hs.by_le)
+            hs.slots = [hs.by_le[x] for x in hs.les]
+        for proc in self._procs.values():  # cached slot numbers are stale: look them up again
+            for key, (h, seen, _slots, les) in list(proc.hlast.items()):
+                if key[1] in self._model_seen:
+                    proc.hlast[key] = (h, seen, self._hist_slots(key[0], key[1], les), les)
+                else:
+                    del proc.hlast[key]
+            for key in [k for k in proc.last if k[1] not in self._model_seen]:
+                del proc.last[key]
+
+    # -- reading -------------------------------------------------------------------------------
+    def view(self, now: float, seconds: Optional[float] = None) -> "View":
+        return View(self, now, self.window if seconds is None else seconds)
+
+    def multiple_processes(self, now: float) -> bool:
+        """Another process answered within the windows' memory."""
+        return now - self.other_process_t <= self.memory
+
+    def series_count(self) -> int:
+        """Series remembered, all processes (for the soak test and the bench)."""
+        return sum(len(p.last) + len(p.hlast) for p in self._procs.values())
+
+    def totals_count(self) -> int:
+        return len(self._agg)
+
+    def ring_length(self) -> int:
+        return len(self._times) - self._head
 
 
-def sum_counters(incs: Dict[SeriesKey, float], key: str, model: str) -> Optional[float]:
-    """Total increase of one input for one model, all engines and extra labels summed."""
-    vals = [v for (k, m, _e, _x), v in incs.items() if k == key and m == model]
-    return sum(vals) if vals else None
+class View:
+    """The window ending at ``now``: increases as differences of two rows of the ring."""
 
+    def __init__(self, w: Windows, now: float, seconds: float) -> None:
+        self.w = w
+        times = w._times
+        hi = bisect_right(times, now, w._head) - 1
+        lo = bisect_left(times, now - seconds, w._head, max(w._head, hi + 1))
+        self.polls = hi - lo + 1 if hi >= w._head and hi >= lo else 0
+        self.latest = w.latest
+        if self.polls:
+            first, last = w._ring[lo], w._ring[hi]
+            if len(first) < len(last):  # totals added since: they started from 0
+                first = first + array("d", bytes(8 * (len(last) - len(first))))
+            self._first = first
+            self._last = last
+            self.first_t = times[lo]
+            self.span = times[hi] - times[lo]
+        else:
+            self._first = self._last = array("d")
+            self.first_t = now
+            self.span = 0.0
+        self.now = now
 
-def by_extra(incs: Dict[SeriesKey, float], key: str, model: str) -> Dict[str, float]:
-    out: Dict[str, float] = {}
-    for (k, m, _e, x), v in incs.items():
-        if k == key and m == model:
-            out[x] = out.get(x, 0.0) + v
-    return out
+    def _inc(self, slot: int) -> float:
+        first, last = self._first, self._last
+        a = last[slot] if slot < len(last) else 0.0
+        b = first[slot] if slot < len(first) else 0.0
+        return a - b
+
+    def increase(self, key: str, model: str) -> Optional[float]:
+        """Increase of one counter input for one model over the window, all engines and extra
+        label values summed; None when the model never had that input."""
+        d = self.w._ctr.get((key, model))
+        if not d:
+            return None
+        return sum(self._inc(s) for s in d.values())
+
+    def span_of(self, key: str, model: str) -> float:
+        """The window's span for one counter input: up to when it was last on a page, so that
+        a series missing from the latest page (or rejected on it) lowers no rate."""
+        seen = self.w._seen_at.get((key, model))
+        end = self.first_t + self.span
+        if seen is not None and self.first_t < seen < end:
+            return seen - self.first_t
+        return self.span
+
+    def by_extra(self, key: str, model: str) -> Dict[str, float]:
+        d = self.w._ctr.get((key, model))
+        return {x: self._inc(s) for x, s in sorted(d.items())} if d else {}
+
+    def hist(self, key: str, model: str) -> Optional[Hist]:
+        """The histogram of what was observed in the window (one model, engines added)."""
+        hs = self.w._hst.get((key, model))
+        if hs is None or not hs.les:
+            return None
+        first, last = self._first, self._last
+        if not last:
+            return None
+        count = last[hs.count] - first[hs.count]
+        # Each page's histogram is cumulative (``inputs`` checks), but the difference of two can
+        # come out not cumulative where a page's counts were rounded or written separately; no
+        # bucket may hold more than the ones above it: clip from the top, at the count.
+        top = count
+        out = []
+        for le, s in zip(reversed(hs.les), reversed(hs.slots)):
+            c = last[s] - first[s]
+            if c > top:
+                c = top
+            top = c
+            out.append((le, c))
+        out.reverse()
+        return Hist(buckets=tuple(out), sum=last[hs.sum] - first[hs.sum], count=count)
+
+    def kv_slope(self, model: str) -> Optional[float]:
+        tr = self.w._trend.get(model)
+        return tr.slope() if tr is not None else None
+
+    def stalled(self, model: str, stall_seconds: float) -> Optional[bool]:
+        """Requests running throughout the last ``stall_seconds`` and not one token produced.
+
+        None while the history does not reach back that far or the inputs were missing."""
+        w = self.w
+        times = w._times
+        anchor = bisect_right(times, self.now - stall_seconds, w._head) - 1
+        if anchor < w._head:
+            return None
+        at = times[anchor]
+        if w._absent_t >= at:
+            return None
+        if w._not_running.get(model, math.inf) >= at:
+            return False
+        d = w._ctr.get(("generation_tokens", model))
+        if not d:
+            return True
+        first = w._ring[anchor]
+        last = self._last
+        inc = sum((last[s] if s < len(last) else 0.0) - (first[s] if s < len(first) else 0.0)
+                  for s in d.values())
+        return inc <= 0
 
 
 def merge_hists(hists: Iterable[Hist]) -> Optional[Hist]:
     """Add histograms (the engines of one model) bucket by bucket."""
+    if isinstance(hists, (list, tuple)) and len(hists) == 1:
+        return hists[0]
     b: Dict[float, float] = {}
     s = c = 0.0
     n = 0
@@ -143,8 +584,9 @@ def merge_hists(hists: Iterable[Hist]) -> Optional[Hist]:
     return Hist(buckets=tuple(sorted(b.items())), sum=s, count=c)
 
 
-def model_hist(hists: Dict[HistKey, Hist], key: str, model: str) -> Optional[Hist]:
-    return merge_hists(h for (k, m, _e), h in hists.items() if k == key and m == model)
+def model_hist(snap: Snapshot, key: str, model: str) -> Optional[Hist]:
+    """One model's histogram on one page, all engines added."""
+    return merge_hists(snap.hists_by_model.get((key, model), ()))
 
 
 def _monotonic(buckets: Sequence[Tuple[float, float]]) -> Buckets:
@@ -156,7 +598,7 @@ def _monotonic(buckets: Sequence[Tuple[float, float]]) -> Buckets:
     return out
 
 
-def histogram_quantile(q: float, buckets: Sequence[Tuple[float, float]]) -> float:
+def histogram_quantile(q: float, buckets: Sequence[Tuple[float, float]], prepared: bool = False) -> float:
     """Prometheus' ``histogram_quantile`` on cumulative buckets (upper bound, count).
 
     Same rules: NaN without a ``+Inf`` bucket or without observations; the ``+Inf`` bucket
@@ -169,9 +611,9 @@ def histogram_quantile(q: float, buckets: Sequence[Tuple[float, float]]) -> floa
         return -math.inf
     if q > 1:
         return math.inf
-    if not buckets or not math.isinf(buckets[-1][0]):
+    if not buckets or not math.isinf(buckets[-1][0] if prepared else max(le for le, _ in buckets)):
         return math.nan
-    b = _monotonic(sorted(buckets))
+    b = buckets if prepared else _monotonic(sorted(buckets))
     if len(b) < 2:
         return math.nan
     observations = b[-1][1]
@@ -217,11 +659,6 @@ def count_at_or_below(x: float, buckets: Sequence[Tuple[float, float]]) -> float
     return lo_count
 
 
-def gauge_values(snap: Snapshot, key: str, model: str) -> List[float]:
-    """Every engine's value of a gauge input for one model (extra labels kept apart)."""
-    return [v for (k, m, _e, _x), v in snap.values.items() if k == key and m == model]
-
-
 def linear_slope(points: Sequence[Tuple[float, float]]) -> Optional[float]:
     """Least-squares slope of (t, y) points; None with fewer than two distinct times."""
     n = len(points)
@@ -233,3 +670,23 @@ def linear_slope(points: Sequence[Tuple[float, float]]) -> Optional[float]:
     if den == 0:
         return None
     return sum((t - mt) * (y - my) for t, y in points) / den
+
+
+def gauge_values(snap: Snapshot, key: str, model: str) -> List[float]:
+    """Every engine's value of a gauge input for one model (extra labels kept apart)."""
+    return snap.gauge(key, model)
+
+
+def restarted(prev: Snapshot, cur: Snapshot) -> bool:
+    """True when vLLM's process start time changed between two snapshots."""
+    return (prev.process_start is not None and cur.process_start is not None
+            and prev.process_start != cur.process_start)
+
+
+def windows_over(snaps: Sequence[Snapshot], window: float, retention: float = 0.0,
+                 poll_interval: float = 1.0) -> Windows:
+    """A Windows fed with ``snaps`` in order (for tests and one-off derivations)."""
+    w = Windows(window, retention, poll_interval)
+    for s in snaps:
+        w.add(s)
+    return w

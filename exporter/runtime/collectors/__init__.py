@@ -18,7 +18,7 @@ from ..state import Published
 from . import gpu, health, vllm
 from .gpu import _GPU_COUNTERS, _GPU_GAUGES  # noqa: F401 - the README test lists them
 from .base import PREFIX
-from .vllm import DERIVED, POD_DERIVED, Point, signal_points  # noqa: F401 - this package's interface
+from .vllm import DERIVED, POD_DERIVED, RESOLUTION, Point, signal_points  # noqa: F401 - this package's interface
 
 
 def build_families(pub: Published) -> List[Metric]:

@@ -49,12 +49,31 @@ def families(pub: Published) -> List[Metric]:
     for key, name in pub.input_resolved:
         resolved.add_metric([key, name], 1)
     out.append(resolved)
-    malformed = _counter("parse_malformed_lines", "Lines of vLLM pages that could not be read and were skipped.")
-    malformed.add_metric([], pub.malformed_lines_total)
+    malformed = _counter("parse_malformed_lines", "Lines of vLLM pages left out, by reason: syntax (unreadable), "
+                         "too_long (line, name or label value over the limits), duplicate (a series twice; the "
+                         "first kept), invalid_value (a counter negative, infinite or NaN, a gauge out of range).",
+                         ["reason"])
+    for reason, n in pub.malformed_by_reason:
+        malformed.add_metric([reason], n)
     out.append(malformed)
-    restarts = _counter("vllm_restarts", "vLLM restarts seen (its process start time changed).")
+    dropped = _counter("input_dropped_samples", "Samples of vLLM pages left out because the page went over a cap "
+                       "(max_models, max_engines, max_label_values); which ones is logged.", ["reason"])
+    for reason, n in pub.dropped_by_reason:
+        dropped.add_metric([reason], n)
+    out.append(dropped)
+    capped = _gauge("input_over_cap", "How many models, engines or label values of the last vLLM page were over "
+                    "the cap and left out.", ["reason"])
+    for reason, n in pub.capped_now:
+        capped.add_metric([reason], n)
+    out.append(capped)
+    restarts = _counter("vllm_restarts", "vLLM restarts seen (its process start time changed to a later one).")
     restarts.add_metric([], pub.vllm_restarts_total)
     out.append(restarts)
+    if pub.vllm_multiple_processes is not None:
+        multi = _gauge("vllm_multiple_processes", "1 while pages come from more than one vLLM process (two servers "
+                       "behind one URL, e.g. a Service): point the sidecar at the pod's own port.")
+        multi.add_metric([], 1 if pub.vllm_multiple_processes else 0)
+        out.append(multi)
     dur = _gauge("poll_duration_seconds", "How long the last read of the target took.", ["target"])
     for target, secs in pub.poll_seconds:
         dur.add_metric([target], secs)

@@ -46,7 +46,8 @@ DERIVED: Dict[str, Series] = {
     "kv_cache_usage_ratio": Series("KV-cache usage 0-1, the highest engine, whichever name vLLM uses.", lambda m: m.kv.usage),
     "kv_cache_pressure_level": Series("0 ok, 1 elevated (usage at or above the warn threshold), 2 saturated (requests waiting for KV capacity or admissions rejected), 3 thrashing (preempting).",
                                       lambda m: m.kv.pressure_level),
-    "kv_cache_seconds_to_full": Series("Predicted seconds until the KV cache is full at the window's linear trend; absent when usage is not rising.",
+    "kv_cache_seconds_to_full": Series("Predicted seconds until the KV cache is full at the window's linear trend; only for a real rising trend: "
+                                       "slope at least 0.0001/s, requests running, not already full, prediction within 3600 s; absent otherwise.",
                                        lambda m: m.kv.seconds_to_full),
     "requests_running": Series("Requests in the running batch, all engines summed.", lambda m: m.kv.running),
     "requests_waiting": Series("Requests waiting to be scheduled, all engines summed.", lambda m: m.kv.waiting),
@@ -83,6 +84,12 @@ DERIVED: Dict[str, Series] = {
     "engine_stalled": Series("1 while requests are running and no token has been produced for the stall time.",
                              lambda m: _flag(m.stalled)),
 }
+# The distributions served as summaries, for the resolution flag below
+_SUMMARIES = tuple(name for name, series in DERIVED.items() if series.summary)
+RESOLUTION = ("quantile_resolution_limited",
+              "1 when the summary's quantile (for_quantile; promtool keeps the quantile label for summaries) fell in vLLM's first bucket and is served as that bucket's upper bound "
+              "(the value is at most this; the histogram cannot say more), 0 when interpolated.")
+
 # Derived series without model_name
 POD_DERIVED: Dict[str, str] = {
     "gpu_mean_utilization_ratio": "Mean utilization of the pod's GPUs over the window.",
@@ -111,6 +118,8 @@ def signal_points(signals: Signals) -> Iterator[Point]:
                 assert isinstance(v, Distribution)
                 for q, x in v.quantiles:
                     yield Point(name, {**lab, "quantile": repr(q)}, x)
+                    yield Point(RESOLUTION[0], {**lab, "metric": PREFIX + name, "for_quantile": repr(q)},
+                                1.0 if q in v.bounded else 0.0)
             elif series.extra:
                 for key, x in v.items():  # type: ignore[union-attr]
                     yield Point(name, {**lab, series.extra[0]: key}, x)
@@ -146,4 +155,13 @@ def families(signals: Signals) -> List[Metric]:
                 fam.add_metric([m.model], float(v))  # type: ignore[arg-type]
         if fam.samples:
             out.append(fam)
+    res = GaugeMetricFamily(PREFIX + RESOLUTION[0], RESOLUTION[1], labels=["model_name", "metric", "for_quantile"])
+    for m in signals.models:
+        for name in _SUMMARIES:
+            d = DERIVED[name].read(m)
+            if d is not None:
+                for q, _x in d.quantiles:
+                    res.add_metric([m.model, PREFIX + name, repr(q)], 1.0 if q in d.bounded else 0.0)
+    if res.samples:
+        out.append(res)
     return out

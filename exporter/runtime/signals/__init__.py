@@ -20,21 +20,58 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..config import Config
 from ..inputs import Snapshot
-from ..windows import counter_increases, histogram_increases
+from ..windows import View, Windows
 from .anomaly import Baseline, busy_low, engine_stalled, mean_utilization, percentile
 from .caches import caches, counter_ratio
-from .capacity import kv_and_queue, kv_pressure_level, seconds_to_full
-from .latency import distribution, latency, prompts
+from .capacity import (HORIZON_SECONDS, MIN_SLOPE_PER_SECOND, kv_and_queue, kv_pressure_level, seconds_to_full,
+                       time_to_full)
+from .latency import cap, distribution, latency, prompts, quantile_or_bound
 from .results import (QUANTILES, BusyLow, Caches, Distribution, KvQueue, Latency, ModelSignals, Prompts,
                       Signals, Throughput)
 from .throughput import throughput
 
 __all__ = [
-    "QUANTILES", "Baseline", "BusyLow", "Caches", "Distribution", "KvQueue", "Latency", "ModelSignals",
-    "Prompts", "Signals", "Throughput", "busy_low", "caches", "counter_ratio", "derive", "distribution",
-    "engine_stalled", "kv_and_queue", "kv_pressure_level", "latency", "mean_utilization", "percentile",
-    "prompts", "seconds_to_full", "throughput",
+    "HORIZON_SECONDS", "MIN_SLOPE_PER_SECOND", "QUANTILES", "Baseline", "BusyLow", "Caches", "Distribution",
+    "KvQueue", "Latency", "ModelSignals", "Prompts", "Signals", "Throughput", "busy_low", "cap", "caches",
+    "counter_ratio", "derive", "derive_view", "distribution", "engine_stalled", "kv_and_queue", "kv_pressure_level",
+    "latency", "mean_utilization", "percentile", "prompts", "quantile_or_bound", "seconds_to_full", "throughput",
+    "time_to_full",
 ]
+
+
+def derive_view(view: View, cfg: Config, util: Optional[float] = None,
+                baseline: Optional[Baseline] = None) -> Signals:
+    """Every derived signal for every model on the latest page of ``view``.
+
+    One snapshot in the window: the gauges (KV usage, running, waiting, waiting for capacity,
+    the pressure level where one page settles it). Two or more: everything.
+    """
+    if view.polls == 0 or view.latest is None:
+        return Signals(gpu_mean_utilization=util)
+    latest = view.latest
+    first = view.polls < 2
+    models: List[ModelSignals] = []
+    for model in sorted(latest.models):
+        kv = kv_and_queue(view, model, cfg.kv_warn_threshold)
+        if first:
+            models.append(ModelSignals(model=model, throughput=Throughput(), kv=kv, latency=Latency(),
+                                       prompts=Prompts(), caches=Caches()))
+            continue
+        tp = throughput(view, model)
+        models.append(ModelSignals(
+            model=model,
+            throughput=tp,
+            kv=kv,
+            latency=latency(view, model, cfg.slo_ttft_p95_seconds, cfg.slo_itl_seconds),
+            prompts=prompts(view, model, cfg.long_prompt_tokens),
+            caches=caches(view, model),
+            stalled=view.stalled(model, cfg.stall_seconds),
+            busy_low=busy_low(model, tp.generation_tokens_per_second, util, baseline,
+                              busy_utilization=cfg.busy_utilization, low_fraction=cfg.low_throughput_fraction,
+                              floor=cfg.throughput_floor, min_busy_seconds=cfg.baseline_min_seconds,
+                              quantile=cfg.baseline_quantile),
+        ))
+    return Signals(gpu_mean_utilization=util, models=tuple(models))
 
 
 def derive(
@@ -45,28 +82,15 @@ def derive(
     util_history: Sequence[Tuple[float, float]] = (),
     baseline: Optional[Baseline] = None,
 ) -> Signals:
-    """Every derived signal for every model seen in the window."""
-    if len(window_snaps) < 2:
+    """``derive_view`` over snapshots given as lists (tests, one-off derivations): the window is
+    ``window_snaps``, the stall history ``stall_snaps``, both fed in time order to one
+    ``Windows`` as the poll loop feeds its own."""
+    if not window_snaps:
         return Signals()
-    first, latest = window_snaps[0], window_snaps[-1]
-    span = latest.t - first.t
-    incs = counter_increases(window_snaps)
-    hincs = histogram_increases(window_snaps)
+    snaps = sorted({id(s): s for s in (*stall_snaps, *window_snaps)}.values(), key=lambda s: s.t)
+    w = Windows(cfg.window, max(cfg.window, cfg.stall_seconds) + 3 * cfg.poll_interval, cfg.poll_interval)
+    for s in snaps:
+        if s.t <= now:
+            w.add(s)
     util = mean_utilization(util_history, now, cfg.window) if util_history else None
-    models: List[ModelSignals] = []
-    for model in sorted(latest.models):
-        tp = throughput(incs, span, latest, model)
-        models.append(ModelSignals(
-            model=model,
-            throughput=tp,
-            kv=kv_and_queue(incs, latest, window_snaps, model, cfg.kv_warn_threshold),
-            latency=latency(hincs, latest, model, cfg.slo_ttft_p95_seconds, cfg.slo_itl_seconds),
-            prompts=prompts(hincs, latest, model, span, cfg.long_prompt_tokens),
-            caches=caches(incs, latest, model),
-            stalled=engine_stalled(stall_snaps, now, cfg.stall_seconds, model),
-            busy_low=busy_low(model, tp.generation_tokens_per_second, util, baseline,
-                              busy_utilization=cfg.busy_utilization, low_fraction=cfg.low_throughput_fraction,
-                              floor=cfg.throughput_floor, min_busy_seconds=cfg.baseline_min_seconds,
-                              quantile=cfg.baseline_quantile),
-        ))
-    return Signals(gpu_mean_utilization=util, models=tuple(models))
+    return derive_view(w.view(now, now - window_snaps[0].t), cfg, util, baseline)

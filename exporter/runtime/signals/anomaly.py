@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Deque, Dict, Iterable, Optional, Sequence, Tuple
 
 from ..inputs import Snapshot
-from ..windows import counter_increases, gauge_values, sum_counters
+from ..windows import windows_over
 from .results import BusyLow
 
 
@@ -24,14 +24,28 @@ class Baseline:
     horizon: float
     spacing: float = 10.0
     samples: Dict[str, Deque[Tuple[float, float]]] = field(default_factory=dict)
+    _cache: Dict[Tuple[str, float], float] = field(default_factory=dict, repr=False)
 
     def record(self, model: str, t: float, tokens_per_second: float) -> None:
+        if not math.isfinite(tokens_per_second) or tokens_per_second < 0:
+            return  # never learn from an impossible number
         q = self.samples.setdefault(model, deque())
         if q and t - q[-1][0] < self.spacing:
             return
         q.append((t, tokens_per_second))
         while q and q[0][0] < t - self.horizon:
             q.popleft()
+        self._cache = {k: v for k, v in self._cache.items() if k[0] != model}
+
+    def forget_old(self, now: float, max_models: int) -> None:
+        """Drop models with no sample within the horizon, then the stalest beyond ``max_models``
+        (models come and go over days; the baseline must not keep them all)."""
+        for m in [m for m, q in self.samples.items() if not q or q[-1][0] < now - self.horizon]:
+            del self.samples[m]
+        if len(self.samples) > max_models:
+            for m in sorted(self.samples, key=lambda m: self.samples[m][-1][0])[: len(self.samples) - max_models]:
+                del self.samples[m]
+        self._cache = {}
 
     def busy_seconds(self, model: str) -> float:
         return len(self.samples.get(model, ())) * self.spacing
@@ -40,7 +54,10 @@ class Baseline:
         q = self.samples.get(model)
         if not q:
             return None
-        return percentile([v for _, v in q], quantile)
+        v = self._cache.get((model, quantile))
+        if v is None:  # sorted once per new sample (one per ``spacing`` seconds), not per poll
+            v = self._cache[(model, quantile)] = percentile([x for _, x in q], quantile)
+        return v
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -62,22 +79,12 @@ def mean_utilization(util_history: Iterable[Tuple[float, float]], now: float, wi
 def engine_stalled(snaps: Sequence[Snapshot], now: float, stall_seconds: float, model: str) -> Optional[bool]:
     """Requests running throughout the last ``stall_seconds`` and not one token produced.
 
-    None when the history does not yet cover the stall time or the inputs are missing.
+    None when the history does not yet cover the stall time or the inputs are missing. (The poll
+    loop asks its own ``windows.View.stalled``, which keeps this answer up to date per poll.)
     """
-    anchor = None
-    for i, s in enumerate(snaps):
-        if s.t <= now - stall_seconds:
-            anchor = i
-    if anchor is None:
+    if not snaps:
         return None
-    span = snaps[anchor:]
-    if not all(s.present("running") and s.present("generation_tokens") for s in span):
-        return None
-    for s in span:
-        if sum(gauge_values(s, "running", model)) <= 0:
-            return False
-    inc = sum_counters(counter_increases(span), "generation_tokens", model)
-    return (inc or 0.0) <= 0
+    return windows_over(snaps, window=max(stall_seconds, 1.0)).view(now).stalled(model, stall_seconds)
 
 
 def busy_low(model: str, gen: Optional[float], util: Optional[float], baseline: Optional[Baseline], *,

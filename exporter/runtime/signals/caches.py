@@ -3,29 +3,29 @@ window (from counters; on releases that only had a lifetime ratio gauge, that ga
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Optional
 
-from ..inputs import Snapshot
-from ..windows import gauge_values, sum_counters
+from ..windows import View
 from .results import Caches
 
 
-def counter_ratio(latest: Snapshot, incs, model: str, num: str, den: str, legacy_gauge: str) -> Optional[float]:
+def counter_ratio(view: View, model: str, num: str, den: str, legacy_gauge: str) -> Optional[float]:
     """Increase of ``num`` over increase of ``den`` in the window; on releases that only had a
     lifetime ratio gauge, that gauge; None when neither is there or nothing was counted."""
+    latest = view.latest
     if latest.present(num) and latest.present(den):
-        d = sum_counters(incs, den, model) or 0.0
-        return (sum_counters(incs, num, model) or 0.0) / d if d > 0 else None
+        d = view.increase(den, model) or 0.0
+        return (view.increase(num, model) or 0.0) / d if d > 0 else None
     if latest.present(legacy_gauge):
-        vals = gauge_values(latest, legacy_gauge, model)
+        vals = latest.gauge(legacy_gauge, model)
         return max(vals) if vals else None
     return None
 
 
-def caches(incs: Dict, latest: Snapshot, model: str) -> Caches:
+def caches(view: View, model: str) -> Caches:
     return Caches(
-        prefix_cache_hit_ratio=counter_ratio(latest, incs, model, "prefix_cache_hits", "prefix_cache_queries",
+        prefix_cache_hit_ratio=counter_ratio(view, model, "prefix_cache_hits", "prefix_cache_queries",
                                              "prefix_cache_hit_rate_legacy"),
-        spec_decode_acceptance_ratio=counter_ratio(latest, incs, model, "spec_accepted_tokens", "spec_draft_tokens",
+        spec_decode_acceptance_ratio=counter_ratio(view, model, "spec_accepted_tokens", "spec_draft_tokens",
                                                    "spec_acceptance_legacy"),
     )

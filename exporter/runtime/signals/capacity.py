@@ -1,13 +1,27 @@
 """KV cache and queue: usage (the fullest engine), the pressure level, the predicted time to
-full, and running, waiting and waiting-for-capacity requests (all engines summed)."""
+full, and running, waiting and waiting-for-capacity requests (all engines summed).
+
+All of it but the time to full is known from the first read: usage and queue lengths are
+gauges; the pressure level too, unless the page shows preemptions (or rejections) since vLLM
+started, which may or may not fall in the window: then it waits for a second read.
+
+Seconds to full is served only for a real rising trend: the least-squares slope of the fullest
+engine's usage over the window must be at least ``MIN_SLOPE_PER_SECOND`` (0.0001/s, i.e. 0.6 % of
+the cache a minute), requests must be running, the cache must not already be full, and the
+prediction must lie within ``HORIZON_SECONDS`` (one hour: a 60 s trend says nothing about the
+cache further away). Otherwise it is left out.
+"""
 
 from __future__ import annotations
 
 from typing import Dict, Optional, Sequence, Tuple
 
 from ..inputs import Snapshot
-from ..windows import gauge_values, linear_slope, sum_counters
+from ..windows import View, linear_slope
 from .results import KvQueue
+
+MIN_SLOPE_PER_SECOND = 1e-4
+HORIZON_SECONDS = 3600.0
 
 
 def kv_pressure_level(usage: Optional[float], preemptions: Optional[float], waiting_capacity: Optional[float],
@@ -24,50 +38,71 @@ def kv_pressure_level(usage: Optional[float], preemptions: Optional[float], wait
     return 0
 
 
-def seconds_to_full(points: Sequence[Tuple[float, float]]) -> Optional[float]:
+def time_to_full(usage: Optional[float], slope: Optional[float], running: Optional[float] = None) -> Optional[float]:
+    """Seconds until usage reaches 1 at ``slope`` (per second), or None when that is not a real
+    rising trend (see the module docstring)."""
+    if usage is None or slope is None or usage >= 1.0:
+        return None
+    if running is not None and running <= 0:
+        return None  # idle: nothing is filling the cache
+    if slope < MIN_SLOPE_PER_SECOND:
+        return None
+    secs = (1.0 - usage) / slope
+    return secs if secs <= HORIZON_SECONDS else None
+
+
+def seconds_to_full(points: Sequence[Tuple[float, float]], running: Optional[float] = None) -> Optional[float]:
     """Linear prediction of when KV usage reaches 1, from (t, usage) over the window."""
     if not points:
         return None
-    usage = points[-1][1]
-    if usage >= 1.0:
-        return 0.0
-    slope = linear_slope(points)
-    if slope is None or slope <= 0:
+    return time_to_full(points[-1][1], linear_slope(points), running)
+
+
+def _first_read_level(latest: Snapshot, model: str, usage: Optional[float], waiting_capacity: Optional[float],
+                      warn: float) -> Optional[int]:
+    """The level from one page: known unless preemptions (or rejections) happened at some
+    time since vLLM started, which one page cannot place inside or outside the window."""
+    if usage is None or not latest.present("preemptions"):
         return None
-    return (1.0 - usage) / slope
+    if sum(v for _e, _x, v in latest.by_model.get(("preemptions", model), ())) > 0:
+        return None
+    rejected_ever = sum(v for _e, _x, v in latest.by_model.get(("admission_rejections", model), ())) > 0
+    if (waiting_capacity or 0) > 0:
+        return 2
+    if rejected_ever:
+        return None
+    return 1 if usage >= warn else 0
 
 
-def kv_and_queue(incs: Dict, latest: Snapshot, window_snaps: Sequence[Snapshot], model: str,
-                 warn: float) -> KvQueue:
+def kv_and_queue(view: View, model: str, warn: float) -> KvQueue:
+    latest = view.latest
     usage = None
     if latest.present("kv_usage"):
-        vals = gauge_values(latest, "kv_usage", model)
+        vals = latest.gauge("kv_usage", model)
         usage = max(vals) if vals else None
-    running = sum(gauge_values(latest, "running", model)) if latest.present("running") else None
-    waiting = sum(gauge_values(latest, "waiting", model)) if latest.present("waiting") else None
+    running = sum(latest.gauge("running", model)) if latest.present("running") else None
+    waiting = sum(latest.gauge("waiting", model)) if latest.present("waiting") else None
     waiting_capacity = None
     if latest.present("waiting_by_reason"):
         by_reason: Dict[str, float] = {}
-        for (k, mm, _e, x), v in latest.values.items():
-            if k == "waiting_by_reason" and mm == model:
-                by_reason[x] = by_reason.get(x, 0.0) + v
+        for _e, x, v in latest.by_model.get(("waiting_by_reason", model), ()):
+            by_reason[x] = by_reason.get(x, 0.0) + v
         waiting_capacity = by_reason.get("capacity", 0.0)
     elif waiting is not None and usage is not None:
         # older vLLM does not say why requests wait: with the cache this full, it is capacity
         waiting_capacity = waiting if usage >= warn else 0.0
-    preempt_inc = (sum_counters(incs, "preemptions", model) or 0.0) if latest.present("preemptions") else None
-    rejections = (sum_counters(incs, "admission_rejections", model) or 0.0) if latest.present("admission_rejections") else None
-    to_full = None
-    if usage is not None:
-        pts = []
-        for s in window_snaps:
-            v = gauge_values(s, "kv_usage", model)
-            if v:
-                pts.append((s.t, max(v)))
-        to_full = seconds_to_full(pts)
+    if view.polls < 2:
+        level = _first_read_level(latest, model, usage, waiting_capacity, warn)
+        to_full = None
+    else:
+        preempt_inc = (view.increase("preemptions", model) or 0.0) if latest.present("preemptions") else None
+        rejections = ((view.increase("admission_rejections", model) or 0.0)
+                      if latest.present("admission_rejections") else None)
+        level = kv_pressure_level(usage, preempt_inc, waiting_capacity, rejections, warn)
+        to_full = time_to_full(usage, view.kv_slope(model), running)
     return KvQueue(
         usage=usage,
-        pressure_level=kv_pressure_level(usage, preempt_inc, waiting_capacity, rejections, warn),
+        pressure_level=level,
         seconds_to_full=to_full,
         running=running,
         waiting=waiting,

@@ -1,14 +1,47 @@
 """Latency and prompt length: windowed quantiles of vLLM's histograms (the bucket increases over
-the window, interpolated like ``histogram_quantile``), TTFT mean, SLO attainment, long prompts."""
+the window, interpolated like ``histogram_quantile``), TTFT mean, SLO attainment, long prompts.
+
+Two rules beyond ``histogram_quantile``:
+
+- Resolution: a quantile whose rank falls in the first bucket is reported as that bucket's upper
+  bound, not interpolated between 0 and it. vLLM's buckets cannot say more than "at most the
+  first bound" (its queue-time histogram starts at 0.3 s while real queue times are often tens
+  of microseconds; interpolation would report 0.15/0.285/0.297 s). Such quantiles are listed in
+  ``Distribution.bounded`` and served as ``vllm_sidecar_quantile_resolution_limited`` = 1.
+- Consistency: per request, queue time <= time to first token <= end-to-end latency, so the same
+  quantile of each is ordered the same way. Bucket layouts and interpolation can break that; each
+  quantile of the queue time is capped at the TTFT's and the e2e's, and TTFT's at the e2e's.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional
+from typing import List, Optional, Tuple
 
-from ..inputs import Hist, Snapshot
-from ..windows import count_at_or_below, histogram_quantile, model_hist
+from ..inputs import Hist
+from ..windows import View, _monotonic, count_at_or_below, histogram_quantile, model_hist
 from .results import QUANTILES, Distribution, Latency, Prompts
+
+
+def quantile_or_bound(q: float, buckets) -> Tuple[float, bool]:
+    """``histogram_quantile``, except that a rank inside the first bucket answers with that
+    bucket's upper bound; the flag says so."""
+    return quantiles_or_bounds((q,), buckets)[0]
+
+
+def quantiles_or_bounds(qs, buckets) -> List[Tuple[float, bool]]:
+    """``quantile_or_bound`` for several quantiles, the buckets sorted and made monotonic once."""
+    b = _monotonic(sorted(buckets))
+    out = []
+    first_le, first_count = b[0] if b else (math.nan, 0.0)
+    for q in qs:
+        v = histogram_quantile(q, b, prepared=True)
+        if (not math.isnan(v) and 0 < first_le < math.inf and first_count > 0
+                and q * b[-1][1] <= first_count):
+            out.append((first_le, True))
+        else:
+            out.append((v, False))
+    return out
 
 
 def distribution(window: Optional[Hist], lifetime: Optional[Hist]) -> Optional[Distribution]:
@@ -16,43 +49,65 @@ def distribution(window: Optional[Hist], lifetime: Optional[Hist]) -> Optional[D
     if window is None or window.count <= 0:
         return None
     qs = []
-    for q in QUANTILES:
-        v = histogram_quantile(q, window.buckets)
+    bounded = []
+    for q, (v, is_bound) in zip(QUANTILES, quantiles_or_bounds(QUANTILES, window.buckets)):
         if not math.isnan(v):
             qs.append((q, v))
+            if is_bound:
+                bounded.append(q)
     if not qs:
         return None
     return Distribution(tuple(qs), count=lifetime.count if lifetime else window.count,
-                        sum=lifetime.sum if lifetime else window.sum)
+                        sum=lifetime.sum if lifetime else window.sum, bounded=tuple(bounded))
 
 
-def latency(hincs: Dict, latest: Snapshot, model: str, ttft_objective: float, itl_objective: float) -> Latency:
+def cap(d: Optional[Distribution], *uppers: Optional[Distribution]) -> Optional[Distribution]:
+    """``d`` with each quantile no higher than the same quantile of every one of ``uppers``."""
+    if d is None:
+        return None
+    out = []
+    for q, v in d.quantiles:
+        for u in uppers:
+            x = u.at(q) if u is not None else None
+            if x is not None and x < v:
+                v = x
+        out.append((q, v))
+    return Distribution(tuple(out), count=d.count, sum=d.sum, bounded=d.bounded)
+
+
+def latency(view: View, model: str, ttft_objective: float, itl_objective: float) -> Latency:
+    latest = view.latest
+
     def dist(key: str) -> Optional[Distribution]:
-        return distribution(model_hist(hincs, key, model), model_hist(latest.hists, key, model))
+        return distribution(view.hist(key, model), model_hist(latest, key, model))
 
-    ttft = model_hist(hincs, "ttft", model)
+    ttft = view.hist("ttft", model)
     ttft_mean = attainment = None
     if ttft is not None and ttft.count > 0:
         ttft_mean = ttft.sum / ttft.count
         attainment = count_at_or_below(ttft_objective, ttft.buckets) / ttft.count
-    itl = model_hist(hincs, "itl", model)
-    tpot = model_hist(hincs, "tpot_request", model)
+    itl = view.hist("itl", model)
+    tpot = view.hist("tpot_request", model)
     per_request = tpot if tpot is not None and tpot.count > 0 else itl
     itl_attainment = None
     if per_request is not None and per_request.count > 0:
         itl_attainment = count_at_or_below(itl_objective, per_request.buckets) / per_request.count
-    return Latency(ttft=dist("ttft"), ttft_mean=ttft_mean, itl=dist("itl"), e2e=dist("e2e"),
-                   queue_time=dist("queue_time"), ttft_slo_attainment=attainment,
+    e2e = dist("e2e")
+    ttft_d = cap(dist("ttft"), e2e)
+    queue = cap(dist("queue_time"), ttft_d, e2e)
+    return Latency(ttft=ttft_d, ttft_mean=ttft_mean, itl=dist("itl"), e2e=e2e,
+                   queue_time=queue, ttft_slo_attainment=attainment,
                    itl_slo_attainment=itl_attainment)
 
 
-def prompts(hincs: Dict, latest: Snapshot, model: str, span: float, long_tokens: float) -> Prompts:
-    plen = model_hist(hincs, "prompt_length", model)
+def prompts(view: View, model: str, long_tokens: float) -> Prompts:
+    plen = view.hist("prompt_length", model)
+    span = view.span
     long_rate = long_ratio = None
     if plen is not None and span > 0:
         long_count = max(0.0, plen.count - count_at_or_below(long_tokens, plen.buckets))
         long_rate = long_count / span
         if plen.count > 0:
             long_ratio = long_count / plen.count
-    return Prompts(length=distribution(plen, model_hist(latest.hists, "prompt_length", model)),
+    return Prompts(length=distribution(plen, model_hist(view.latest, "prompt_length", model)),
                    long_per_second=long_rate, long_ratio=long_ratio)

@@ -22,6 +22,7 @@ class Distribution:
     quantiles: Tuple[Tuple[float, float], ...]  # (q, value) for the QUANTILES that have a value
     count: float
     sum: float
+    bounded: Tuple[float, ...] = ()  # quantiles known only as "at most": the first bucket's bound
 
     def at(self, q: float) -> Optional[float]:
         return dict(self.quantiles).get(q)

@@ -1,0 +1,289 @@
+"""Poll-loop benchmark: the sidecar's whole poll against the obvious poller, same run, same pages.
+
+    python bench/bench_poll.py [--polls N] [--write docs/performance.md]
+
+The obvious poller is what anyone would write first: fetch the page (``requests``) and parse
+it with ``prometheus_client``'s text parser, deriving nothing. Every figure is a ratio against
+it, measured in the same run on the same page sequence (a real vLLM 0.32.0 page,
+``tests/fixtures/vllm/after_pressure.txt``, 62 KB, with counters and histograms advancing every
+poll), never an absolute timing alone.
+
+Measured as CPU time of this process (``time.process_time``: user + system, every thread) per
+poll, after the window is full:
+
+- in-process: the page text handed over by a function (the parse and everything after it);
+- end to end: the page served by a local HTTP server in another process (its CPU is not
+  counted), read with ``http.client`` on one kept-alive connection (what the fetcher is being
+  rewritten to) and, for reference, with the current ``requests``-based fetcher.
+
+Shapes: the default (60 s window, a poll every 2 s: 30 polls in the window) and 20 polls per
+second (1,200 polls in the same window). The clock is injected, so the windows fill without
+waiting. Memory: the resident set (VmRSS) after the window is full and again after many more
+polls, at 20 polls/s. Finally a profile (cProfile) of the poll loop, top functions by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import http.client
+import io
+import multiprocessing
+import os
+import platform
+import pstats
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import prometheus_client  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from exporter.harness import pagetransform as pt  # noqa: E402
+from exporter.runtime import config  # noqa: E402
+from exporter.runtime.sidecar import Sidecar  # noqa: E402
+
+PAGE = (ROOT / "tests/fixtures/vllm/after_pressure.txt").read_text()
+VARIANTS = 120
+
+
+def pages(n: int = VARIANTS):
+    """Successive pages of one process: counters and histograms a little higher each time."""
+    return [pt.scale_counters(PAGE, 1.0 + i * 0.002) for i in range(n)]
+
+
+class Cycle:
+    def __init__(self, texts):
+        self.texts = texts
+        self.i = 0
+
+    def __call__(self):
+        self.i += 1
+        return self.texts[self.i % len(self.texts)]
+
+
+class Clock:
+    def __init__(self, t=1_800_000_000.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def cpu_per_call(fn, n):
+    t0 = time.process_time()
+    for _ in range(n):
+        fn()
+    return (time.process_time() - t0) / n
+
+
+def sidecar(fetch, poll_interval, window=60.0):
+    cfg = config.build({"poll_interval": poll_interval, "window": window, "gpu": "none"}, {})
+    clock = Clock()
+    sc = Sidecar(cfg, fetch, None, clock=clock)
+
+    def poll():
+        sc.poll_once()
+        clock.t += poll_interval
+    return sc, poll
+
+
+def rss_mb():
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# -- a page server in another process ---------------------------------------------------------
+
+def _serve(port_q, texts):
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    bodies = [t.encode() for t in texts]
+    state = {"i": 0}
+
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            state["i"] += 1
+            body = bodies[state["i"] % len(bodies)]
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    port_q.put(srv.server_address[1])
+    srv.serve_forever()
+
+
+class HttpClientFetch:
+    """One kept-alive http.client connection (the shape of the fetcher being written)."""
+
+    def __init__(self, port):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+
+    def __call__(self):
+        self.conn.request("GET", "/metrics", headers={"Accept": "text/plain"})
+        r = self.conn.getresponse()
+        return r.read().decode("utf-8")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--polls", type=int, default=600, help="polls measured per figure")
+    ap.add_argument("--soak-polls", type=int, default=20_000, help="polls between the two RSS readings")
+    ap.add_argument("--write", default="", help="write the sections into this markdown file")
+    args = ap.parse_args()
+    texts = pages()
+    n = args.polls
+    rows = []
+    lines = []
+
+    def say(s=""):
+        print(s, flush=True)
+        lines.append(s)
+
+    # in-process ---------------------------------------------------------------------------
+    obvious = Cycle(texts)
+    base = cpu_per_call(lambda: list(text_string_to_metric_families(obvious())), max(50, n // 4))
+    for label, interval in (("default: 60 s window, poll every 2 s", 2.0), ("20 polls/s, 60 s window", 0.05)):
+        sc, poll = sidecar(Cycle(texts), interval)
+        for _ in range(int(60 / interval) + 20):  # fill the window
+            poll()
+        ours = cpu_per_call(poll, n)
+        rows.append(("in-process", label, base, ours))
+
+    # end to end ----------------------------------------------------------------------------
+    q = multiprocessing.Queue()
+    server = multiprocessing.Process(target=_serve, args=(q, texts), daemon=True)
+    server.start()
+    port = q.get(timeout=10)
+    try:
+        import requests
+
+        session = requests.Session()
+        url = f"http://127.0.0.1:{port}/metrics"
+        base_e2e = cpu_per_call(lambda: list(text_string_to_metric_families(session.get(url).text)),
+                                max(50, n // 4))
+        for label, interval in (("default: 60 s window, poll every 2 s", 2.0), ("20 polls/s, 60 s window", 0.05)):
+            sc, poll = sidecar(HttpClientFetch(port), interval)
+            for _ in range(int(60 / interval) + 20):
+                poll()
+            rows.append(("end to end, http.client", label, base_e2e, cpu_per_call(poll, n)))
+        from exporter.runtime.fetch import PageFetcher
+
+        fetcher = PageFetcher(url, 5.0, 8 << 20)
+        sc, poll = sidecar(fetcher.fetch, 2.0)
+        for _ in range(50):
+            poll()
+        rows.append(("end to end, current requests fetcher", "default: 60 s window, poll every 2 s", base_e2e,
+                     cpu_per_call(poll, n)))
+    finally:
+        server.terminate()
+
+    # memory -------------------------------------------------------------------------------
+    sc, poll = sidecar(Cycle(texts), 0.05)
+    for _ in range(1200 + 100):
+        poll()
+    rss_full = rss_mb()
+    for _ in range(args.soak_polls):
+        poll()
+    rss_after = rss_mb()
+    ring = sc.windows.ring_length()
+    totals = sc.windows.totals_count()
+
+    # profile ------------------------------------------------------------------------------
+    sc, poll = sidecar(Cycle(texts), 2.0)
+    for _ in range(50):
+        poll()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(300):
+        poll()
+    prof.disable()
+    buf = io.StringIO()
+    st = pstats.Stats(prof, stream=buf)
+    st.sort_stats("tottime")
+    top = []
+    total = sum(v[2] for v in st.stats.values())
+    for (fname, lineno, func), (cc, nc, tt, ct, _callers) in sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:10]:
+        where = f"{Path(fname).name}:{lineno}" if fname != "~" else "builtin"
+        top.append((f"`{func}` ({where})", tt / total if total else 0.0, nc / 300))
+
+    # report -------------------------------------------------------------------------------
+    say("## Poll loop")
+    say()
+    say(f"`make bench` (`bench/bench_poll.py --polls {n}`), {time.strftime('%Y-%m-%d')}: "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
+        f"Python {platform.python_version()}, prometheus_client {_version('prometheus_client')}.")
+    say("The page: a real vLLM 0.32.0 `/metrics` (62 KB, 510 samples) advancing every poll. CPU time of the "
+        "whole process per poll, as a ratio to the obvious poller (fetch + `prometheus_client` parse, deriving "
+        "nothing) measured in the same run; the target is 0.1 or less.")
+    say()
+    say("| how the page arrives | shape | obvious poller, ms | sidecar, ms | sidecar / obvious |")
+    say("| --- | --- | ---: | ---: | ---: |")
+    for how, label, b, o in rows:
+        say(f"| {how} | {label} | {b * 1e3:.2f} | {o * 1e3:.3f} | **{o / b:.3f}** |")
+    say()
+    say("End to end, reading 62 KB over HTTP costs the sidecar's process about as much CPU as everything else in "
+        "its poll; that read belongs to the fetcher (`fetch.py`), being rewritten on `http.client`, and is "
+        "measured here with a plain kept-alive `http.client` connection.")
+    say()
+    say("The sidecar's cost does not depend on how many polls the window holds (the two shapes above): each "
+        "poll parses the page once (series text looked up in a cache, only the series the inputs read turned "
+        "into samples), adds each series' increase to a running total and copies the totals into a ring; a "
+        "window's increase is one subtraction per total.")
+    say()
+    say("Profile of the poll loop (in-process, default shape, 300 polls), top functions by own time:")
+    say()
+    say("| function | share of the loop's time | calls per poll |")
+    say("| --- | ---: | ---: |")
+    for name, share, calls in top:
+        say(f"| {name} | {share * 100:.1f} % | {calls:.0f} |")
+    say()
+    say("## Memory")
+    say()
+    say(f"Resident set of the benchmark process at 20 polls/s (60 s window: {ring} snapshots of {totals} running "
+        f"totals in the ring): {rss_full:.1f} MB once the window is full, {rss_after:.1f} MB after "
+        f"{args.soak_polls:,} more polls (flat: the ring is a fixed number of `array('d')` rows, series and "
+        "caches are bounded). The target is 60 MB or less and flat. The day-long soak with changing pages "
+        "(`tests/test_soak.py`, `bench/soak.py` for the long variant) checks the same with tracemalloc.")
+    say()
+    text = "\n".join(lines) + "\n"
+    if args.write:
+        write_sections(Path(args.write), text, ("## Poll loop", "## Memory"))
+        print(f"wrote {args.write}")
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+    return version(dist)
+
+
+def write_sections(path: Path, text: str, headings) -> None:
+    """Replace (or add) this benchmark's sections in ``path``, leaving every other section as it is."""
+    old = path.read_text() if path.exists() else "# Performance\n\n"
+    kept = []
+    skipping = False
+    for line in old.splitlines():
+        if line.startswith("## "):
+            skipping = line.strip() in headings
+        if not skipping:
+            kept.append(line)
+    body = "\n".join(kept).rstrip() + "\n\n" + text
+    path.write_text(body)
+
+
+if __name__ == "__main__":
+    main()
