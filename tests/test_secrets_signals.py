@@ -179,9 +179,9 @@ def test_token_file_rewritten_under_the_sidecar(vllm, tmp_path):
 
 def test_no_secret_reaches_a_log_line_and_no_value_forges_one(tmp_path):
     """Text logs; a URL with a password, a query token and the OpenAI /v1 path; the token in the
-    environment; a model name holding a newline; 1,001 models; then vLLM failing (messages
-    that carry the URL). No secret anywhere, every line a record, the model list summarised,
-    the /v1 mapping said once."""
+    environment; a model name holding a newline; 1,001 models (16 kept by the cap, the rest left
+    out and said so); then vLLM failing (messages that carry the URL). No secret anywhere, every
+    line a record, both model lists summarised, the /v1 mapping said once."""
     models = "".join(f'vllm:num_requests_running{{model_name="m{i:05d}"}} 1\n' for i in range(1_000))
     evil = 'vllm:num_requests_running{model_name="evil\\nts=2020-01-01T00:00:00Z level=error msg=forged"} 1\n'
     s = HostileServer(lambda: models + evil).start()
@@ -204,8 +204,11 @@ def test_no_secret_reaches_a_log_line_and_no_value_forges_one(tmp_path):
         assert secret not in err, secret
     assert all(x.startswith("ts=") for x in sc.lines), [x for x in sc.lines if not x.startswith("ts=")]
     assert sum("OpenAI API base URL" in x for x in sc.lines) == 1
+    # the models kept (the cap: 16) and the ones left out, each summarised in one line
     served = [x for x in sc.lines if "models served" in x]
-    assert len(served) == 1 and "1001: " in served[0] and "and 996 more" in served[0] and len(served[0]) < 600
+    assert len(served) == 1 and "16: " in served[0] and "and 11 more" in served[0] and len(served[0]) < 600
+    capped = [x for x in sc.lines if "over the sidecar's caps" in x]
+    assert len(capped) == 1 and "985: " in capped[0] and "and 980 more" in capped[0] and len(capped[0]) < 1000
 
 
 def test_ignored_signals_are_said_and_survived(vllm):
