@@ -8,6 +8,7 @@ Prometheus stored, as test fixtures for replay, backtest and the alert pack.
     .venv/bin/python scripts/record_vllm.py lora --duration 40     # tests/fixtures/vllm/lora_*.txt, ~3 min
     .venv/bin/python scripts/record_vllm.py bench                  # tests/fixtures/bench/*.json, ~8 min
     .venv/bin/python scripts/record_vllm.py reprocess long-prompt-flood   # recompute meta.json, PROVENANCE.md
+    .venv/bin/python scripts/record_vllm.py reprocess bench               # rewrite tests/fixtures/bench/PROVENANCE.md
 
 Options: ``--out DIR`` (default tests/fixtures/recordings; the recording goes to DIR/<name>),
 ``--seed N`` (default 1; the whole request schedule follows from it), ``--time-scale F``
@@ -1036,6 +1037,10 @@ def provenance(sc: dict, meta: dict) -> str:
 
 
 def reprocess(args) -> None:
+    if args.name == "bench":
+        (Path(args.out_bench) / "PROVENANCE.md").write_text(bench_provenance(Path(args.out_bench)))
+        log("rewrote", Path(args.out_bench) / "PROVENANCE.md")
+        return
     out = Path(args.out) / args.name
     meta = json.loads((out / "meta.json").read_text())
     for k in ("facts", "client", "alerts"):
@@ -1160,7 +1165,7 @@ def lora(args) -> None:
 
 
 BENCH_LOAD = ["--backend", "vllm", "--dataset-name", "random", "--random-input-len", "256",
-              "--random-output-len", "64", "--num-prompts", "200", "--request-rate", "4", "--burstiness", "1.0",
+              "--random-output-len", "256", "--num-prompts", "120", "--request-rate", "4", "--burstiness", "1.0",
               "--seed", "1", "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el",
               "--metric-percentiles", "50,90,95,99"]
 BENCH_RUNS = [
@@ -1212,6 +1217,9 @@ def bench(args) -> None:
 
 
 def bench_provenance(out: Path) -> str:
+    def arg(flag: str) -> str:
+        return BENCH_LOAD[BENCH_LOAD.index(flag) + 1]
+
     runs = json.loads((out / "runs.json").read_text())
     res = {r["name"]: json.loads((out / f"{r['name']}.json").read_text()) for r in runs}
     any_r = next(iter(res.values()))
@@ -1226,10 +1234,11 @@ def bench_provenance(out: Path) -> str:
         "`--save-result --save-detailed` JSON, unchanged (per-request `ttfts`, `itls`, `input_lens`, "
         "`output_lens`, `generated_texts` and `errors` included).",
         "",
-        "The same load for every run (" + " ".join(BENCH_LOAD) + ", plus `--base-url` of the server, `--model "
-        "tiny-llama --tokenizer $CACHE/tiny-llama`, `HF_HUB_OFFLINE=1`): 200 prompts of 256 random tokens, "
-        "64 output tokens each (`--ignore-eos`), Poisson arrivals at 4 req/s, seed 1 (the same prompts and "
-        "arrival gaps every run). One warm-up request before each run.",
+        "The same load for every run (`" + " ".join(BENCH_LOAD) + "`, plus `--base-url` of the server, "
+        "`--model tiny-llama --tokenizer $CACHE/tiny-llama`, `HF_HUB_OFFLINE=1`): "
+        f"{arg('--num-prompts')} prompts of {arg('--random-input-len')} random tokens, {arg('--random-output-len')} "
+        f"output tokens each (`--ignore-eos`), Poisson arrivals at {arg('--request-rate')} req/s, seed "
+        f"{arg('--seed')} (the same prompts and arrival gaps every run). One warm-up request before each run.",
         "",
         "| file | what | server flags (beyond `--model … --served-model-name tiny-llama --host 127.0.0.1 --port …`) | run took |",
         "| --- | --- | --- | --- |",
@@ -1248,8 +1257,18 @@ def bench_provenance(out: Path) -> str:
         if all(k in r for r in res.values()):
             lines.append(f"| {k} | " + " | ".join(f"{r[k]:.1f}" if isinstance(r[k], float) else str(r[k])
                                                  for r in res.values()) + " |")
-    lines += ["", "A gate comparing `candidate-max-num-seqs-2` with `baseline` should fail it; one comparing "
-              "`baseline-rerun` with `baseline` should pass, although the two differ by the noise shown above.", ""]
+    failed = {n: [e.strip().splitlines()[-1] for e in r.get("errors", []) if e] for n, r in res.items()}
+    lines += ["", "Failed requests (the benchmark counts them apart; `completed` is the rest): " + "; ".join(
+        f"`{n}` {len(f)} ({', '.join(sorted(set(x.split(':')[0].rsplit('.', 1)[-1] for x in f)))})" if f else f"`{n}` 0"
+        for n, f in failed.items()) + ". Most likely the client's pooled connections: `vllm bench serve` keeps "
+        "idle connections 60 s (`keepalive_timeout=60`), the server closes them after 5 s "
+        "(`VLLM_HTTP_TIMEOUT_KEEP_ALIVE`), and a request sent as the server closes one fails.",
+        "",
+        "What a gate should make of them: the candidate costs latency for real (TTFT and end-to-end latency "
+        "many times the baseline's, throughput down, requests queueing behind the 2-request batch), while its "
+        "TPOT and ITL are *lower* (a smaller batch decodes each token faster): a gate that looks at TPOT alone "
+        "would pass it. `baseline-rerun` is the same configuration as `baseline`: their differences (TTFT mean "
+        "and p99, TPOT) are run-to-run noise on this shared machine, and a gate must not fail on them.", ""]
     return "\n".join(lines)
 
 
