@@ -128,10 +128,12 @@ def expr_cases(stores, exprs: Sequence[str], times_s: Sequence[int], interval_ms
             if steps:
                 q = min(steps)
                 inv = 1.0 / q
-                wrapped = text_t if text_t.startswith("(") or not isinstance(res, Vec) else text_t
-                wrapped = f"vector({text_t})" if not isinstance(res, Vec) else wrapped
+                # round() drops the metric name: keep it as a label, or two series that differ only
+                # in their name (rate5m and rate2m of one metric) would collide
+                wrapped = (f'label_replace({text_t}, "{KEPT_NAME}", "$1", "__name__", "(.+)")' if isinstance(res, Vec)
+                           else f"vector({text_t})")
                 cases.append({"expr": f"round({wrapped}, {q!r})", "eval_time": _dur(t), "order_dependent": True,
-                              "exp_samples": [{"labels": _drop_name(ls), "value": math.floor(v * inv + 0.5) / inv}
+                              "exp_samples": [{"labels": _name_as_label(ls), "value": math.floor(v * inv + 0.5) / inv}
                                               for ls, v in got]})
             else:
                 cases.append({"expr": text_t, "eval_time": _dur(t),
@@ -139,8 +141,16 @@ def expr_cases(stores, exprs: Sequence[str], times_s: Sequence[int], interval_ms
     return cases
 
 
-def _drop_name(ls_text: str) -> str:
-    return ls_text[ls_text.index("{"):]
+KEPT_NAME = "name_before_round"
+
+
+def _name_as_label(ls_text: str) -> str:
+    """``metric{a="b"}`` -> ``{a="b",name_before_round="metric"}`` (``{}`` stays ``{}``)."""
+    i = ls_text.index("{")
+    name, inner = ls_text[:i], ls_text[i + 1:-1]
+    if not name:
+        return ls_text
+    return "{" + (inner + "," if inner else "") + f'{KEPT_NAME}="{name}"' + "}"
 
 
 def backtest(rule_file: Path, sc: Scenario, eval_interval_ms: int, order=None):

@@ -1,6 +1,8 @@
 """A real Prometheus scrapes a scripted vLLM stand-in serving real vLLM pages and the real sidecar,
 evaluates the rendered rules, and a real Alertmanager (the example config) delivers to a webhook."""
 
+import re
+
 import pytest
 
 from exporter.harness import pagetransform as pt
@@ -69,7 +71,9 @@ def test_alert_goes_pending_firing_and_reaches_alertmanager(tmp_path):
             a = got[0]
             assert a["_receiver"] == "pager" and a["labels"]["severity"] == "critical"
             assert a["labels"]["pod"] == "vllm-0" and a["labels"]["model_name"] == "tiny-llama"
-            assert "97%" in a["annotations"]["description"]
+            # the share of the window's evaluations that held requests back, as Prometheus formats it
+            assert "held back for KV capacity" in a["annotations"]["description"]
+            assert re.search(r"at [0-9.]+% of the evaluations", a["annotations"]["description"])
             assert a["annotations"]["runbook_url"].endswith("/VLLMKVCacheExhausted.md")
 
             # vLLM starts answering 503: the sidecar says so and VLLMTargetDown reaches the pager

@@ -14,8 +14,10 @@ faster, with a matching SLO (``scenario_slo``), as long as they say so.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .fleet import Fleet, Pod, PodState, pod_name
@@ -28,7 +30,7 @@ START = 1_800_000_000.0  # a fixed time, so renders are reproducible
 class Scenario:
     name: str
     title: str
-    book: Book
+    book: Optional[Book]  # None for a recording (``file``)
     onset: int  # step index at which the trouble starts (or the event, for quiet scenarios)
     quiet: bool = False  # nothing warning or critical may fire
     first_warning: Optional[float] = None  # minutes after onset, at the latest
@@ -36,10 +38,14 @@ class Scenario:
     must_fire: Tuple[str, ...] = ()
     max_episodes: Dict[str, int] = field(default_factory=dict)  # alert -> most episodes per replica
     notes: str = ""
+    file: Optional[str] = None  # a recording: OpenMetrics with timestamps, what a real Prometheus stored
+    start: float = 0.0  # a recording: the first evaluation (unix s)
+    step: float = 30.0  # a recording: the evaluation interval (s)
+    end: float = 0.0
 
     @property
     def onset_time(self) -> float:
-        return self.book.t(self.onset)
+        return self.book.t(self.onset) if self.book is not None else self.start + self.onset * self.step
 
 
 def diurnal(i: int, step: float, peak: float, trough: float) -> float:
@@ -233,6 +239,36 @@ def chronic_overload_old_release(history_h: float = 24.0, hours: float = 12.0, s
                           "times for 2-3 hours")
 
 
+RECORDINGS = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "recordings"
+
+
+def recorded(name: str, step: float = 15.0, **expect) -> Scenario:
+    """A recording of the real CPU vLLM through a real Prometheus (tests/fixtures/recordings/NAME:
+    ``prometheus.om.gz`` and ``meta.json``), evaluated every ``step`` seconds."""
+    d = RECORDINGS / name
+    meta = json.loads((d / "meta.json").read_text())
+    start = math.ceil(meta["start"] / step) * step
+    onset = int(round((meta["onset"] - start) / step)) if meta.get("onset") else 0
+    title = meta.get("title") or {"long-prompt-flood": "A real long-prompt flood on the CPU vLLM",
+                                  "busy-healthy": "A real busy but healthy run of the CPU vLLM",
+                                  "busy-overloaded": "A real overload of the CPU vLLM (no flood)"}.get(name, name)
+    return Scenario(name=f"recorded-{name}", title=title, book=None, onset=onset, file=str(d / "prometheus.om.gz"),
+                    start=start, step=step, end=meta["end"],
+                    notes=f"recorded from vLLM {meta.get('vllm_version', '?')} through Prometheus every "
+                          f"{meta.get('scrape_interval_s', '?')} s (tests/fixtures/recordings/{name}/PROVENANCE.md)",
+                    **expect)
+
+
+def recorded_flood() -> Scenario:
+    # the real flood: requests held back for KV capacity at every scrape while KV usage saw-tooths;
+    # it must page within five minutes (the brief's flood measured on the old pack paged never)
+    return recorded("long-prompt-flood", first_page=5.0, must_fire=("VLLMKVCacheExhausted",))
+
+
+def recorded_busy_healthy() -> Scenario:
+    return recorded("busy-healthy", quiet=True)
+
+
 SCENARIOS: Dict[str, Callable[..., Scenario]] = {
     "busy-healthy-day": busy_healthy_day,
     "rolling-deploy": rolling_deploy,
@@ -240,4 +276,6 @@ SCENARIOS: Dict[str, Callable[..., Scenario]] = {
     "churn-error-burst": churn_error_burst,
     "stream-errors": stream_errors,
     "chronic-overload-old-release": chronic_overload_old_release,
+    "recorded-long-prompt-flood": recorded_flood,
+    "recorded-busy-healthy": recorded_busy_healthy,
 }

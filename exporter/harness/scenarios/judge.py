@@ -86,20 +86,29 @@ def backtest_timeline(scenario: Scenario, rules_file: Path, from_step: int = 0) 
     from ...analysis.rules import run as run_rules
     from ...analysis.series import Store
     book = scenario.book
-    step_ms = int(book.step * 1000)
-    times = np.array([int(round(book.t(i) * 1000)) for i in range(book.n)], dtype=np.int64)
-    store = Store()
-    for (name, labels), row in book.series.items():
-        keep = ~np.isnan(row.v) | row.stale
-        store.add(tuple(sorted((("__name__", name),) + labels)), times[keep], row.v[keep], row.stale[keep])
+    if book is None:  # a recording: what a real Prometheus stored
+        from ...analysis.sources import load_file
+
+        store = load_file(scenario.file).store
+        step_ms = int(scenario.step * 1000)
+        times = np.arange(int(scenario.start * 1000), int(scenario.end * 1000) + 1, step_ms, dtype=np.int64)
+        origin, interval = scenario.start, scenario.step
+    else:
+        step_ms = int(book.step * 1000)
+        times = np.array([int(round(book.t(i) * 1000)) for i in range(book.n)], dtype=np.int64)
+        store = Store()
+        for (name, labels), row in book.series.items():
+            keep = ~np.isnan(row.v) | row.stale
+            store.add(tuple(sorted((("__name__", name),) + labels)), times[keep], row.v[keep], row.stale[keep])
+        origin, interval = book.start, book.step
     run = run_rules(load_rule_file(str(rules_file)), store, times, step_ms)
     tracks: List[AlertTrack] = []
     for tr in run.alerts:
-        firing = [(int(times[i]) / 1000.0) - book.start for i in np.nonzero(tr.states.firing)[0] if i >= from_step]
+        firing = [(int(times[i]) / 1000.0) - origin for i in np.nonzero(tr.states.firing)[0] if i >= from_step]
         if firing:
             labels = {k: v for k, v in tr.labels if k != "alertname"}
             tracks.append(AlertTrack(tr.alertname, labels, firing))
-    return Timeline(book.step, sorted(tracks, key=lambda t: (t.alert, sorted(t.labels.items()))))
+    return Timeline(interval, sorted(tracks, key=lambda t: (t.alert, sorted(t.labels.items()))))
 
 
 def promtool_timeline(scenario: Scenario, rules_file: Path, alerts: Sequence[str],
