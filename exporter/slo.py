@@ -169,6 +169,7 @@ SCHEMA: Dict[str, Check] = {
     "windows.batch_peak": _duration,
     "windows.baseline": _duration,
     "windows.baseline_offset": _duration,
+    "windows.baseline_edge": _duration,
     "objectives.ttft_mean_seconds": _number(0, open_lo=True),
     "objectives.ttft_p95_seconds": _number(0, open_lo=True),
     "objectives.output_tokens_per_second": _number(0, open_lo=True),

@@ -97,6 +97,8 @@ def render(results: Sequence[Tuple[Scenario, Verdict, Dict[str, Cell], Dict[str,
         expect = []
         if sc.quiet:
             expect.append("nothing loud may fire")
+        if sc.no_page:
+            expect.append("nothing may page")
         if sc.first_warning is not None:
             expect.append(f"a warning within {sc.first_warning:g} min")
         if sc.first_page is not None:

@@ -118,6 +118,10 @@ def fleet_normal(c: Ctx) -> List[Recording]:
     return [
         Recording(c.mrec("vllm_long_prompt_requests_per_replica", "rate"),
                   f"avg by ({svc}) ({c.rec('vllm_long_prompt_requests', 'rate')})"),
+        # the same from the sidecars' own windows (their threshold is long_prompt.tokens exactly,
+        # the rules' is vLLM's bucket bound at or above it: each is compared with its own kind)
+        Recording(c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"),
+                  f"avg by ({svc}) (vllm_sidecar_long_prompt_requests_per_second{s()})"),
         Recording(c.mrec("vllm_generation_tokens_per_busy_replica", "rate"),
                   f"avg by ({svc}) (\n  {c.rec('vllm_generation_tokens', 'rate')}\n  and on ({c.r})\n"
                   f"  (max by ({c.r}) (vllm_sidecar_gpu_mean_utilization_ratio{s()}) >= {busy})\n)"),

@@ -33,6 +33,7 @@ class Scenario:
     book: Optional[Book]  # None for a recording (``file``)
     onset: int  # step index at which the trouble starts (or the event, for quiet scenarios)
     quiet: bool = False  # nothing warning or critical may fire
+    no_page: bool = False  # nothing critical may fire
     first_warning: Optional[float] = None  # minutes after onset, at the latest
     first_page: Optional[float] = None
     must_fire: Tuple[str, ...] = ()
@@ -239,6 +240,65 @@ def chronic_overload_old_release(history_h: float = 24.0, hours: float = 12.0, s
                           "times for 2-3 hours")
 
 
+TRACES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "traces"
+
+
+def production_trace(trace: str = "conv", history_h: float = 24.0, step: float = 30.0, pods: int = 4,
+                     scale: float = 1.6) -> Scenario:
+    """A real production hour: Azure's public LLM inference trace (tests/fixtures/traces, the chat
+    service by default) drives the fleet, step by step: its arrivals (times ``scale``, spread over
+    the replicas), its prompt lengths (the share over 4,000 tokens is the long share) and its
+    output lengths. The day before follows the same traffic's averages on a daily curve, so the
+    fleet's normal is this service's normal. Real traffic is bursty (1.2 to 9 requests/s from one
+    30 s step to the next in ``conv``) and one request in twelve has a prompt over 4,000 tokens:
+    nothing of that may page."""
+    from ..traces import load_trace
+
+    rows = list(load_trace(TRACES / f"AzureLLMInferenceTrace_{trace}.csv.gz"))
+    long_tokens = 4000
+    longs = [p for _, p, _ in rows if p > long_tokens]
+    shorts = sorted(p for _, p, _ in rows if p <= long_tokens)
+    share = len(longs) / len(rows)
+    prompt_median = shorts[len(shorts) // 2]
+    out_mean = sum(o for _, _, o in rows) / len(rows)
+    rate = len(rows) / rows[-1][0] * scale / pods
+    n_hist = _steps(history_h, step)
+    trace_steps = int(rows[-1][0] // step) + 1
+    n = n_hist + trace_steps
+    book = Book(START, step, n)
+    buckets: List[List[Tuple[int, int]]] = [[] for _ in range(trace_steps)]
+    for off, p_tok, o_tok in rows:
+        buckets[int(off // step)].append((p_tok, o_tok))
+
+    def state(i: int, k: int) -> PodState:
+        base = healthy(i, step, False, k)
+        if i < n_hist:
+            load = diurnal(i, step, rate * 1.2, rate * 0.4)
+            return replace(base, requests=load, long_share=share, prompt_tokens=prompt_median,
+                           long_tokens=sum(longs) / len(longs), output_tokens=out_mean,
+                           kv_usage=min(0.95, 0.4 + 0.45 * load / (rate * 1.6)), running=min(32.0, 6 + 6 * load))
+        b = buckets[i - n_hist]
+        if not b:
+            return replace(base, requests=0.0, running=2.0, kv_usage=0.2)
+        req = len(b) / step * scale / pods
+        lg = [p for p, _ in b if p > long_tokens]
+        sh = sorted(p for p, _ in b if p <= long_tokens) or [prompt_median]
+        return replace(base, requests=req, long_share=len(lg) / len(b), prompt_tokens=sh[len(sh) // 2],
+                       long_tokens=(sum(lg) / len(lg)) if lg else 8000.0, output_tokens=sum(o for _, o in b) / len(b),
+                       kv_usage=min(0.97, 0.4 + 0.45 * req / (rate * 1.6)), running=min(32.0, 6 + 6 * req),
+                       ttft=0.3 + 0.1 * req / rate, gpu_util=min(0.99, 0.5 + 0.15 * req / rate))
+
+    fleet = [Pod(pod_name("vllm-chat", 1, k), (lambda i, k=k: state(i, k))) for k in range(pods)]
+    Fleet(book).render(fleet)
+    return Scenario(f"production-trace-{trace}", f"A real production hour (Azure LLM inference trace, {trace})", book,
+                    onset=n_hist, no_page=True,
+                    notes=f"{pods} replicas; the public Azure LLM inference trace 2023 ({trace}: {len(rows):,} requests in "
+                          f"an hour, {share:.0%} of prompts over 4,000 tokens) x{scale:g}, after a day of the same "
+                          "traffic's averages. The conv hour holds a real surge of long prompts from minute 26 to 32 "
+                          "(about 100 a minute, 3.5x the hour's average, then almost none): a warning is right there, "
+                          "a page is not")
+
+
 RECORDINGS = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "recordings"
 
 
@@ -269,6 +329,11 @@ def recorded_busy_healthy() -> Scenario:
     return recorded("busy-healthy", quiet=True)
 
 
+def recorded_busy_overloaded() -> Scenario:
+    # no flood, but the server tipped into congestion: what fires is reported, nothing is required
+    return recorded("busy-overloaded")
+
+
 SCENARIOS: Dict[str, Callable[..., Scenario]] = {
     "busy-healthy-day": busy_healthy_day,
     "rolling-deploy": rolling_deploy,
@@ -276,6 +341,9 @@ SCENARIOS: Dict[str, Callable[..., Scenario]] = {
     "churn-error-burst": churn_error_burst,
     "stream-errors": stream_errors,
     "chronic-overload-old-release": chronic_overload_old_release,
+    "production-trace-conv": production_trace,
+    "production-trace-code": lambda **kw: production_trace("code", **kw),
     "recorded-long-prompt-flood": recorded_flood,
     "recorded-busy-healthy": recorded_busy_healthy,
+    "recorded-busy-overloaded": recorded_busy_overloaded,
 }

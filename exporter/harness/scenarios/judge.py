@@ -179,6 +179,11 @@ def judge(scenario: Scenario, tl: Timeline) -> Verdict:
                 if tr.labels.get("severity") in LOUD]
         if loud:
             problems.append("fired on a quiet scenario: " + ", ".join(loud))
+    if scenario.no_page:
+        pages = [f"{r[0]} on {r[1]} at {r[2]:+.1f}m" for r, tr in zip(rows, tl.tracks)
+                 if tr.labels.get("severity") == "critical"]
+        if pages:
+            problems.append("paged where nothing may page: " + ", ".join(pages))
     fired = {tr.alert for tr in tl.tracks}
     for a in scenario.must_fire:
         if a not in fired:

@@ -15,7 +15,10 @@ def fleet_normal(c: Ctx, per_replica_model_rate: str) -> str:
     the median of its replicas now, when it has enough of them; otherwise there is no normal
     and nothing is compared (a new model on ordinary traffic never fires)."""
     w = c.windows
-    return (f"avg_over_time({per_replica_model_rate}[{w['baseline']}] offset {w['baseline_offset']})")
+    # a history that reaches back to the far end of the window: not the first minutes of a new model
+    far = c.seconds(w["baseline"]) + c.seconds(w["baseline_offset"]) - c.seconds(w["baseline_edge"])
+    return (f"avg_over_time({per_replica_model_rate}[{w['baseline']}] offset {w['baseline_offset']})\n"
+            f"and\npresent_over_time({per_replica_model_rate}[{w['baseline_edge']}] offset {far:g}s)")
 
 
 def alerts(c: Ctx) -> List[Alert]:
@@ -25,12 +28,21 @@ def alerts(c: Ctx) -> List[Alert]:
     held = c.windows["held_back"]
     waiting = c.rec("vllm_requests_waiting", "sum")
     lr = c.rec("vllm_long_prompt_requests", "rate")
-    # now: the sidecar's own window (seconds of resolution) where a sidecar runs, else the rules' rate
-    now = f"max by ({by}) (vllm_sidecar_long_prompt_requests_per_second{s()})\nor\n{lr}"
-    history = fleet_normal(c, c.mrec("vllm_long_prompt_requests_per_replica", "rate"))
-    peers = (f"quantile by ({svc}) (0.5, {lr})\nand on ({svc})\n"
-             f"count by ({svc}) ({lr}) >= {c.slo['outlier']['min_replicas']}")
-    normal = f"{history}\nor\n(\n{indent(peers)}\n)"
+    min_replicas = c.slo["outlier"]["min_replicas"]
+
+    def surge(now: str, per_replica_normal: str) -> str:
+        """``now`` above factor x the model's normal for one replica: its fleet history, else the
+        median of its replicas now (with enough of them), else nothing to compare with."""
+        history = fleet_normal(c, per_replica_normal)
+        peers = f"quantile by ({svc}) (0.5, {now})\nand on ({svc})\ncount by ({svc}) ({now}) >= {min_replicas}"
+        normal = f"{history}\nor\n(\n{indent(peers)}\n)"
+        return f"{now}\n> on ({svc}) group_left ()\n(\n  {lp['surge_factor']} * (\n{indent(normal, 4)}\n  )\n)"
+
+    # the sidecar's own window (seconds of resolution) against the sidecars' normal; the rules'
+    # rate (a replica without a sidecar, or a slower view) against the rules' normal
+    sidecar_now = f"max by ({by}) (vllm_sidecar_long_prompt_requests_per_second{s()})"
+    fast = surge(sidecar_now, c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"))
+    slow = surge(lr, c.mrec("vllm_long_prompt_requests_per_replica", "rate"))
     return [
         # Requests held back for KV capacity (or preempted, or rejected) at every evaluation of
         # the window, with the cache full at least once in it: the steady signals, not the
@@ -52,9 +64,7 @@ def alerts(c: Ctx) -> List[Alert]:
               "({{ $value | humanize }}/s now): the KV cache cannot hold the running batch, work is "
               "recomputed and latency suffers."),
         Alert("VLLMLongPromptSurge",
-              f"(\n{indent(now)}\n)\n> on ({svc}) group_left ()\n"
-              f"(\n  {lp['surge_factor']} * (\n{indent(normal, 4)}\n  )\n)\n"
-              f"and on ({by})\n(\n{indent(now)}\n) > {lp['min_per_second']}",
+              f"(\n  (\n{indent(fast, 4)}\n  )\n  or\n  (\n{indent(slow, 4)}\n  )\n)\n> {lp['min_per_second']}",
               "warning",
               f"Surge of prompts over {lp['tokens']:g} tokens on {who} ({c.model})",
               f"{{{{ $value | humanize }}}} long prompts per second (over {lp['tokens']:g} tokens, vLLM bucket "
