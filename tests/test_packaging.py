@@ -37,3 +37,20 @@ def test_dockerfile_copies_what_the_build_reads():
             copied.update(line.split()[1:-1])
     assert needed <= copied, needed - copied
     assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]
+
+
+def test_the_repository_documents_its_own_interface():
+    """The interface page is the project's own (docs/interface.md, linked from the README), and no
+    tracked file points a reader outside the repository for it."""
+    import subprocess as sp
+
+    page = (ROOT / "docs" / "interface.md").read_text()
+    for must in ("## Command line", "## Metric names", "## Alert names", "`top`", "`--sidecar-url URL`"):
+        assert must in page, must
+    assert "](docs/interface.md)" in (ROOT / "README.md").read_text()
+    files = sp.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    if not files:  # not a git checkout (an unpacked archive): every file then
+        files = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file() and ".venv" not in p.parts]
+    pointing = [f for f in files if (ROOT / f).is_file() and f != "tests/test_packaging.py"
+                and "shared/CONTRACT" in (ROOT / f).read_text(errors="replace")]
+    assert pointing == []
