@@ -225,5 +225,15 @@ def test_top_says_in_one_line_what_it_cannot_read():
     assert "cannot read the sidecar" in r.stderr and "connection refused" in r.stderr
     r = top("--sidecar-url", f"http://127.0.0.1:{port}", "--window", "5")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--window" in r.stderr
+    import socket
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    try:
+        r = top("--vllm-url", f"http://127.0.0.1:{port}", "--listen", f"127.0.0.1:{busy.getsockname()[1]}", "--once")
+    finally:
+        busy.close()
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "listen" in r.stderr, r.stderr
     r = top("--vllm-url", "ftp://x", "--once")
     assert r.returncode == 2 and r.stderr.startswith("vllm-sidecar-exporter top: error: vllm_url")

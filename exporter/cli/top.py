@@ -37,7 +37,7 @@ def parser() -> OneLineParser:
 
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    from ..runtime.console import InProcessSidecar, ScrapedSidecar, run_top
+    from ..runtime.console import InProcessSidecar, ScrapedSidecar, StartFailed, run_top
 
     ns = parser().parse_args(list(argv))
     if ns.refresh <= 0:
@@ -62,8 +62,10 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
             return fail("top", str(exc))
         try:
             source = InProcessSidecar(cfg, env)
-        except (ConfigError, RuntimeError) as exc:
+        except ConfigError as exc:
             return fail("top", str(exc))
+        except StartFailed as exc:  # run_sidecar has said why, or the message does
+            return fail("top", exc.message) if exc.message else exc.rc
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -271,6 +271,16 @@ def published_from_exposition(text: str, t: float) -> Published:
 
 # -- top: the view of a real vLLM -------------------------------------------------------------------
 
+class StartFailed(Exception):
+    """The in-process sidecar did not start: ``rc`` its exit status; ``message`` empty when
+    ``run_sidecar`` already said why in one line."""
+
+    def __init__(self, rc: int, message: str) -> None:
+        super().__init__(message)
+        self.rc = rc
+        self.message = message
+
+
 class InProcessSidecar:
     """The sidecar (``app.run_sidecar``: its fetcher, GPU source, poll loop and /metrics server,
     configured by the same flags) in a thread of this process; ``read`` gives its latest state."""
@@ -294,7 +304,8 @@ class InProcessSidecar:
             time.sleep(0.02)
         if "sidecar" not in self.ready:
             self.stop_event.set()
-            raise RuntimeError("the sidecar did not start" + (" (see the error above)" if self.rc else ""))
+            raise StartFailed(self.rc[0] if self.rc else 1,
+                              "" if self.rc else f"the sidecar did not start within {ready_timeout:g}s")
         host, port = self.ready["server"].address
         self.metrics_address = f"http://{host}:{port}/metrics"
 
