@@ -1,6 +1,6 @@
 """No process started by the tests outlives them.
 
-Every process the tests start inherits ``VLLM_SIDECAR_TEST_RUN=<this run's mark>`` (set here at
+Every process the tests start inherits ``SIDECAR_EXPORTER_TEST_RUN=<this run's mark>`` (set here at
 import, so in ``os.environ`` before any test starts anything), and so does every process those
 start: vLLM's EngineCore and workers too, even once their API server is gone and they are orphaned.
 At the end of the session ``pytest_sessionfinish`` looks for processes that are still alive and
@@ -24,7 +24,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
-MARK_VAR = "VLLM_SIDECAR_TEST_RUN"
+MARK_VAR = "SIDECAR_EXPORTER_TEST_RUN"  # not VLLM_*: vLLM warns about unknown VLLM_ variables
 MARK = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 os.environ[MARK_VAR] = MARK
 KNOWN = re.compile(r"vllm|prometheus|alertmanager|vllm-sidecar-exporter|exporter\.cli|-m exporter")

@@ -101,15 +101,31 @@ class Vllm:
     # EngineCore and workers (about 1.5 GB) are in that group and survive a kill of its PID alone,
     # so both ways of ending vLLM signal the whole group.
     def kill(self) -> None:
-        """A crash: SIGKILL to the whole group at once."""
+        """A crash: SIGKILL to the whole group at once; none of its processes is left."""
         stop_group(self.proc.proc, grace=0)
         self.proc.log.close()
+        try:
+            os.killpg(self.proc.proc.pid, 0)
+        except ProcessLookupError:
+            return
+        raise AssertionError(f"vLLM's process group {self.proc.proc.pid} still has processes after SIGKILL")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.proc is not None:
             stop_group(self.proc.proc, grace=30)
             if not self.proc.log.closed:
                 self.proc.log.close()
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def complete(self, prompt_len: int, max_tokens: int) -> None:
+        ids = [random.randrange(3, self.vocab) for _ in range(prompt_len)]
+        body = json.dumps({"model": MODEL, "prompt": ids, "max_tokens": max_tokens, "ignore_eos": True}).encode()
+        req = urllib.request.Request(self.url + "/v1/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=300) as r:
+            r.read()
 
 
 def stop_group(proc: subprocess.Popen, grace: float) -> None:
@@ -144,17 +160,6 @@ def stop_group(proc: subprocess.Popen, grace: float) -> None:
     end = time.monotonic() + 15
     while group_alive() and time.monotonic() < end:
         time.sleep(0.2)
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
-            return r.read().decode()
-
-    def complete(self, prompt_len: int, max_tokens: int) -> None:
-        ids = [random.randrange(3, self.vocab) for _ in range(prompt_len)]
-        body = json.dumps({"model": MODEL, "prompt": ids, "max_tokens": max_tokens, "ignore_eos": True}).encode()
-        req = urllib.request.Request(self.url + "/v1/completions", body, {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=300) as r:
-            r.read()
 
 
 class Load:
