@@ -4,7 +4,7 @@ FROM python:3.12.8-slim-bookworm AS build
 WORKDIR /src
 COPY deploy/docker/requirements.lock /src/requirements.lock
 RUN python -m pip install --no-cache-dir --disable-pip-version-check --prefix=/install -r /src/requirements.lock
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md LICENSE /src/
 COPY exporter /src/exporter
 RUN python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --prefix=/install /src
 

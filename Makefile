@@ -1,17 +1,24 @@
 # The two commands of the README:
-#   make run    the sidecar against VLLM_URL, or the demo on the built-in simulated vLLM and GPU
+#   make run    the demo on the built-in simulated vLLM and GPU, or, with VLLM_URL=..., the same
+#               live view of a real vLLM (`vllm-sidecar-exporter top`)
 #   make test   every test (installs what the tests need first)
+# Prerequisites (Debian 12 / Ubuntu 24.04): make, python3 (3.10+), python3-venv, git; root or sudo
+# for apt-get (make test installs Prometheus, Alertmanager and Node.js when they are missing).
 PY ?= python3
 VENV ?= .venv
 VPY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run demo test venv deps rules bench bench-listener detection clean
+.PHONY: run demo top test venv deps rules bench bench-listener detection clean
 
-$(VPY): pyproject.toml
+$(VPY): pyproject.toml scripts/kubectl-requirements.txt
+	@command -v $(PY) >/dev/null 2>&1 || { echo "make: $(PY) not found: install Python 3.10+ (apt-get install python3 python3-venv)" >&2; exit 1; }
+	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "make: $(PY) is older than 3.10: install Python 3.10+ (or make PY=python3.12 ...)" >&2; exit 1; }
+	@$(PY) -c 'import ensurepip, venv' 2>/dev/null || { echo "make: python3-venv is missing: apt-get install python3-venv" >&2; exit 1; }
 	$(PY) -m venv $(VENV)
-	$(VPY) -m pip install -q --upgrade pip >/dev/null
-	$(VPY) -m pip install -q -e '.[test]'
+	$(VPY) -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+	$(VPY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	./scripts/install-kubectl.sh $(VPY)
 	@touch $(VPY)
 
 venv: $(VPY)
@@ -21,7 +28,7 @@ deps:
 
 run: $(VPY)
 ifdef VLLM_URL
-	$(VENV)/bin/vllm-sidecar-exporter --vllm-url $(VLLM_URL) $(ARGS)
+	$(VENV)/bin/vllm-sidecar-exporter top --vllm-url $(VLLM_URL) $(ARGS)
 else
 	$(VENV)/bin/vllm-sidecar-exporter demo $(ARGS)
 endif
@@ -29,8 +36,12 @@ endif
 demo: $(VPY)
 	$(VENV)/bin/vllm-sidecar-exporter demo $(ARGS)
 
+top: $(VPY)
+	$(VENV)/bin/vllm-sidecar-exporter top $(ARGS)
+
+# the virtualenv's bin first on PATH: its kubectl and console script are the ones the tests run
 test: $(VPY) deps
-	$(VPY) -m pytest -q -ra $(PYTEST_ARGS)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VPY) -m pytest -q -ra $(PYTEST_ARGS)
 
 rules: $(VPY)
 	$(VENV)/bin/vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .

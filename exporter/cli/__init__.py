@@ -1,5 +1,5 @@
 """The command line: the front door above the wings. ``vllm-sidecar-exporter [flags]`` runs the
-sidecar; subcommands ``demo``, ``rules``, ``dashboards`` and ``backtest``. Each subcommand's module parses its
+sidecar; subcommands ``demo``, ``top``, ``rules``, ``dashboards`` and ``backtest``. Each subcommand's module parses its
 flags and calls into a wing; no wing imports this package. A bad flag or configuration value
 exits 2 with one line that names the problem."""
 
@@ -11,11 +11,12 @@ from typing import Callable, Dict, Mapping, Optional, Sequence
 
 
 def _subcommands() -> Dict[str, Callable[[Sequence[str], Mapping[str, str]], int]]:
-    from . import backtest, demo, pack, serve
+    from . import backtest, demo, pack, serve, top
 
     return {
         "serve": serve.main,
         "demo": demo.main,
+        "top": top.main,
         "rules": pack.rules_main,
         "dashboards": pack.dashboards_main,
         "backtest": backtest.main,

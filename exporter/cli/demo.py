@@ -17,15 +17,16 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="long-prompt-storm",
                    help="what happens to the simulated replica (default: the long-prompt storm of the incident)")
     p.add_argument("--duration", type=float, default=150.0, help="seconds to run; 0 runs until Ctrl-C (default 150)")
-    p.add_argument("--onset", type=float, default=None, help="seconds before the scenario's trouble starts (default 45)")
+    p.add_argument("--onset", type=float, default=None,
+                   help="seconds before the scenario's trouble starts (default 15)")
     p.add_argument("--listen", default="127.0.0.1:0", help="where the sidecar serves (default: a free port)")
     p.add_argument("--with-prometheus", action="store_true",
                    help="also run Prometheus (and Alertmanager) with the rules pack and show the alerts")
     p.add_argument("--refresh", type=float, default=1.0, help="seconds between screen updates")
     p.add_argument("--plain", action="store_true", help="print updates one after another instead of redrawing")
     ns = p.parse_args(list(argv))
-    if ns.duration < 0 or ns.refresh <= 0:
-        return fail("demo", "--duration must be >= 0 and --refresh > 0")
+    if ns.duration < 0 or ns.refresh <= 0 or (ns.onset is not None and ns.onset < 0):
+        return fail("demo", "--duration and --onset must be >= 0 and --refresh > 0")
     if ns.with_prometheus and not shutil.which("prometheus"):
         return fail("demo", "--with-prometheus needs the prometheus binary "
                             "(Debian: apt-get install prometheus prometheus-alertmanager)")

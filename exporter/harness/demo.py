@@ -23,6 +23,10 @@ from typing import Dict, List, Optional, TextIO
 from ..runtime.console import View
 from .simulate import SimRunner, SimVllm
 
+# seconds before the scenario's trouble starts when --onset is not given: a short normal stretch
+# (enough for the first rates and quantiles), then the trouble
+DEFAULT_ONSET = 15.0
+
 
 def run_demo(scenario: str, duration: float, onset: Optional[float], listen: str, with_prometheus: bool,
              refresh: float, tty: bool, out: TextIO = sys.stdout) -> int:
@@ -34,7 +38,7 @@ def run_demo(scenario: str, duration: float, onset: Optional[float], listen: str
 
     gpus = make_gpus(2)
     sim = SimVllm(scenario, gpus=gpus)
-    sim.scenario.onset = 45.0 if onset is None else onset
+    sim.scenario.onset = DEFAULT_ONSET if onset is None else onset
     runner = SimRunner(sim).start()
     vllm = PageServer(sim.page).start()
     sidecar = SidecarThread({"vllm_url": vllm.url, "listen": listen, "poll_interval": 1, "window": 20,
@@ -66,6 +70,7 @@ def run_demo(scenario: str, duration: float, onset: Optional[float], listen: str
                                    [rules_path], interval="2s")
             urls["prometheus"] = stack.prom_url
         start = time.monotonic()
+        elapsed = 0.0
         while not stop.is_set():
             elapsed = time.monotonic() - start
             alerts = None
@@ -87,17 +92,40 @@ def run_demo(scenario: str, duration: float, onset: Optional[float], listen: str
         vllm.stop()
         runner.close()
         shutil.rmtree(workdir, ignore_errors=True)
-    out.write("\nWhat the sidecar flagged (seconds after start; trouble began at "
-              f"{sim.scenario.onset:.0f}s):\n")
-    if view.first_seen:
-        for what, t in sorted(view.first_seen.items(), key=lambda x: x[1]):
-            out.write(f"  {t:5.0f}s  {what}\n")
-    else:
-        out.write("  nothing: a quiet run\n")
-    if with_prometheus:
-        out.write("Alerts that fired: " + (", ".join(f"{a} at {t}" for a, t in alerts_seen.items()) or "none") + "\n")
+    out.write("\n" + "\n".join(summary(sim.scenario.name, sim.scenario.onset, elapsed, view.first_seen,
+                                        alerts_seen if with_prometheus else None)) + "\n")
     out.flush()
     return 0
+
+
+def summary(scenario: str, onset: float, ran: float, flagged: Dict[str, float],
+            alerts: Optional[Dict[str, str]]) -> List[str]:
+    """What happened in the run, as it happened: whether the trouble began before the run ended,
+    what the sidecar flagged and when (before or after the onset), and the alerts that fired."""
+    items = sorted(flagged.items(), key=lambda x: x[1])
+    lines: List[str] = []
+    if scenario == "normal":
+        lines.append(f"Scenario normal: no trouble was scheduled; the run lasted {ran:.0f}s.")
+        lines += ["What the sidecar flagged on a normal day (seconds after start):"] + \
+            [f"  {t:5.0f}s  {what}" for what, t in items] if items else ["The sidecar flagged nothing."]
+    elif ran < onset:
+        lines.append(f"Stopped at {ran:.0f}s, before the trouble began (onset {onset:.0f}s): "
+                     f"the run saw only normal traffic.")
+        lines += ["What the sidecar flagged anyway (seconds after start):"] + \
+            [f"  {t:5.0f}s  {what}" for what, t in items] if items else ["The sidecar flagged nothing."]
+    else:
+        lines.append(f"The trouble ({scenario}) began at {onset:.0f}s; the run lasted {ran:.0f}s "
+                     f"({ran - onset:.0f}s of it in trouble).")
+        if items:
+            lines.append("What the sidecar flagged (seconds after start):")
+            for what, t in items:
+                when = f"{t - onset:.0f}s after the onset" if t >= onset else "before the onset"
+                lines.append(f"  {t:5.0f}s  {what}  ({when})")
+        if not any(t >= onset for _, t in items):
+            lines.append(f"Nothing was flagged after the onset ({ran - onset:.0f}s of trouble watched).")
+    if alerts is not None:
+        lines.append("Alerts that fired: " + (", ".join(f"{a} at {t}" for a, t in alerts.items()) or "none"))
+    return lines
 
 
 def header(sim: SimVllm, elapsed: float, duration: float, urls: Dict[str, str]) -> List[str]:

@@ -2,15 +2,29 @@
 for a real vLLM. It reads the typed ``Published`` state, never metric names.
 
 ``View.render(pub, header, footer)`` returns the text of one screen; ``View.show`` redraws it on
-a terminal or, in a plain pipe, prints one block after another. ``View.note`` keeps the first
-time each kind of trouble was seen, for the summary at the end.
+a terminal or, in a plain pipe, prints one block after another (no escape codes). ``View.note``
+keeps the first time each kind of trouble was seen, for the summary at the end.
+
+``top`` feeds the same view from one of two sources, each giving a ``Published`` state:
+
+- ``InProcessSidecar``: the sidecar itself (``app.run_sidecar``, the same wiring and flags)
+  polling vLLM in a thread of this process;
+- ``ScrapedSidecar``: a running sidecar's ``/metrics``, read back into a ``Published`` state by
+  ``published_from_exposition`` (the inverse of the collectors, field by field).
+
+``run_top`` shows one screen per refresh until stopped, or one screen with ``once``.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, TextIO
+import threading
+import time
+from dataclasses import replace
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
-from .signals import Distribution, ModelSignals
+from .gpu import THROTTLE_REASONS, GpuReading, GpuState
+from .signals import (BusyLow, Caches, Distribution, KvQueue, Latency, ModelSignals, Prompts, Signals,
+                      Throughput)
 from .state import Published
 
 LEVELS = {0: "ok", 1: "elevated", 2: "saturated", 3: "thrashing"}
@@ -111,3 +125,305 @@ class View:
         else:
             self.out.write(text + "\n\n")
         self.out.flush()
+
+
+# -- reading a sidecar's /metrics back into the view's state ----------------------------------------
+
+PREFIX = "vllm_sidecar_"
+# derived series (name without the prefix) -> (ModelSignals part, field); see collectors.vllm.DERIVED
+SCALARS: Dict[str, Tuple[str, str]] = {
+    "generation_tokens_per_second": ("throughput", "generation_tokens_per_second"),
+    "prompt_tokens_per_second": ("throughput", "prompt_tokens_per_second"),
+    "preemptions_per_second": ("throughput", "preemptions_per_second"),
+    "corrupted_requests_per_second": ("throughput", "corrupted_requests_per_second"),
+    "admission_rejections_per_second": ("throughput", "admission_rejections_per_second"),
+    "request_error_ratio": ("throughput", "error_ratio"),
+    "kv_cache_usage_ratio": ("kv", "usage"),
+    "kv_cache_pressure_level": ("kv", "pressure_level"),
+    "kv_cache_seconds_to_full": ("kv", "seconds_to_full"),
+    "requests_running": ("kv", "running"),
+    "requests_waiting": ("kv", "waiting"),
+    "requests_waiting_for_capacity": ("kv", "waiting_for_capacity"),
+    "long_prompt_requests_per_second": ("prompts", "long_per_second"),
+    "long_prompt_request_ratio": ("prompts", "long_ratio"),
+    "ttft_mean_seconds": ("latency", "ttft_mean"),
+    "ttft_slo_attainment_ratio": ("latency", "ttft_slo_attainment"),
+    "itl_slo_attainment_ratio": ("latency", "itl_slo_attainment"),
+    "prefix_cache_hit_ratio": ("caches", "prefix_cache_hit_ratio"),
+    "spec_decode_acceptance_ratio": ("caches", "spec_decode_acceptance_ratio"),
+}
+DISTRIBUTIONS: Dict[str, Tuple[str, str]] = {
+    "ttft_seconds": ("latency", "ttft"),
+    "inter_token_latency_seconds": ("latency", "itl"),
+    "e2e_request_latency_seconds": ("latency", "e2e"),
+    "queue_time_seconds": ("latency", "queue_time"),
+    "prompt_length_tokens": ("prompts", "length"),
+}
+# read apart: requests_finished_per_second (by finished_reason), engine_stalled, and the three
+# series of "GPU busy, tokens low" (baseline, threshold, verdict)
+OTHER = ("requests_finished_per_second", "engine_stalled", "throughput_baseline_tokens_per_second",
+         "throughput_low_threshold_tokens_per_second", "gpu_busy_low_throughput")
+_PARTS = {"throughput": Throughput, "kv": KvQueue, "latency": Latency, "prompts": Prompts, "caches": Caches}
+
+
+def published_from_exposition(text: str, t: float) -> Published:
+    """The ``Published`` state a sidecar's ``/metrics`` page (text format) was rendered from, as
+    far as the page says it: every derived signal, the self-health the view and the collectors
+    show, and the GPUs. (Not on the page, so not here: the GPU read errors' messages.)"""
+    from .collectors.gpu import _GPU_COUNTERS, _GPU_GAUGES
+    from .parser import parse
+
+    page = parse(text)
+    by_name: Dict[str, List[Tuple[Dict[str, str], float]]] = {}
+    for smp in page.samples:
+        if smp.name.startswith(PREFIX):
+            by_name.setdefault(smp.name[len(PREFIX):], []).append((dict(smp.labels), smp.value))
+
+    def each(name: str):
+        return by_name.get(name, [])
+
+    models: Dict[str, Dict[str, Dict[str, Any]]] = {}
+
+    def part(model: str, name: str) -> Dict[str, Any]:
+        return models.setdefault(model, {k: {} for k in (*_PARTS, "other")})[name]
+
+    for name, (where, fld) in SCALARS.items():
+        for labels, v in each(name):
+            part(labels["model_name"], where)[fld] = int(v) if fld == "pressure_level" else v
+    for name, (where, fld) in DISTRIBUTIONS.items():
+        qs: Dict[str, List[Tuple[float, float]]] = {}
+        for labels, v in each(name):
+            qs.setdefault(labels["model_name"], []).append((float(labels["quantile"]), v))
+        sums = {lab["model_name"]: v for lab, v in each(name + "_sum")}
+        counts = {lab["model_name"]: v for lab, v in each(name + "_count")}
+        for model in set(qs) | set(counts):
+            part(model, where)[fld] = Distribution(tuple(sorted(qs.get(model, []))), count=counts.get(model, 0.0),
+                                                   sum=sums.get(model, 0.0))
+    for labels, v in each("requests_finished_per_second"):
+        part(labels["model_name"], "throughput").setdefault("finished_per_second", {})[labels["finished_reason"]] = v
+    for key in OTHER[1:]:
+        for labels, v in each(key):
+            part(labels["model_name"], "other")[key] = v
+    out_models = []
+    for model in sorted(models):
+        parts = models[model]
+        other = parts["other"]
+        busy = None
+        if "gpu_busy_low_throughput" in other:
+            busy = BusyLow(baseline=other.get("throughput_baseline_tokens_per_second"),
+                           threshold=other.get("throughput_low_threshold_tokens_per_second", 0.0),
+                           flagged=other["gpu_busy_low_throughput"] == 1.0)
+        stalled = other.get("engine_stalled")
+        out_models.append(ModelSignals(
+            model=model, **{k: cls(**parts[k]) for k, cls in _PARTS.items()},
+            stalled=None if stalled is None else stalled == 1.0, busy_low=busy))
+    util = [v for _, v in each("gpu_mean_utilization_ratio")]
+    signals = Signals(gpu_mean_utilization=util[0] if util else None, models=tuple(out_models))
+
+    up = tuple(sorted((lab["target"], v == 1.0) for lab, v in each("target_up")))
+    gpu_source = next((lab["collector"] for lab, _ in each("collector_success") if lab["collector"] != "vllm"), "")
+    gpu = None
+    if PREFIX + "gpu_info" in page.types:
+        readings: Dict[Tuple[str, str], GpuReading] = {}
+        driver = ""
+        for lab, _ in each("gpu_info"):
+            readings[(lab["gpu"], lab["uuid"])] = GpuReading(index=int(lab["gpu"]), uuid=lab["uuid"], name=lab["name"])
+            driver = lab["driver_version"]
+
+        def reading(lab: Mapping[str, str]) -> GpuReading:
+            key = (lab["gpu"], lab["uuid"])
+            if key not in readings:
+                readings[key] = GpuReading(index=int(lab["gpu"]), uuid=lab["uuid"], name="")
+            return readings[key]
+
+        for attr, name, _ in _GPU_GAUGES:
+            for lab, v in each(name):
+                setattr(reading(lab), attr, v)
+        for attr, name, _ in _GPU_COUNTERS:
+            for lab, v in each(name + "_total"):
+                setattr(reading(lab), attr, v)
+        for lab, v in each("gpu_ecc_errors_total"):
+            setattr(reading(lab), f"ecc_{lab['type']}_total", v)
+        bits = dict((reason, bit) for bit, reason in THROTTLE_REASONS)
+        for lab, v in each("gpu_clock_throttle_active"):
+            g = reading(lab)
+            g.throttle_reasons = (g.throttle_reasons or 0) | (bits.get(lab["reason"], 0) if v == 1.0 else 0)
+        xids = {(int(lab["gpu"]), lab["uuid"], int(lab["xid"])): int(v) for lab, v in each("gpu_xid_errors_total")}
+        gpu = GpuState(ok=dict(up).get("gpu", False), gpus=sorted(readings.values(), key=lambda g: g.index),
+                       driver_version=driver, xid_totals=xids)
+    return Published(
+        t=t,
+        signals=signals,
+        up=up,
+        last_success=tuple(sorted((lab["target"], v) for lab, v in each("last_success_timestamp_seconds"))),
+        errors_total=tuple(sorted(((lab["target"], lab["reason"]), int(v)) for lab, v in each("poll_errors_total"))),
+        input_missing=tuple(sorted((lab["metric"], v == 1.0) for lab, v in each("input_missing"))),
+        input_resolved=tuple(sorted((lab["input"], lab["metric"]) for lab, _ in each("input_resolved"))),
+        gpu=gpu,
+        malformed_lines_total=int(sum(v for _, v in each("parse_malformed_lines_total"))),
+        vllm_restarts_total=int(sum(v for _, v in each("vllm_restarts_total"))),
+        poll_seconds=tuple(sorted((lab["target"], v) for lab, v in each("poll_duration_seconds"))),
+        page_bytes=int(sum(v for _, v in each("vllm_page_bytes"))),
+        version=next((lab["version"] for lab, _ in each("build_info")), ""),
+        gpu_source=gpu_source,
+    )
+
+
+# -- top: the view of a real vLLM -------------------------------------------------------------------
+
+class StartFailed(Exception):
+    """The in-process sidecar did not start: ``rc`` its exit status; ``message`` empty when
+    ``run_sidecar`` already said why in one line."""
+
+    def __init__(self, rc: int, message: str) -> None:
+        super().__init__(message)
+        self.rc = rc
+        self.message = message
+
+
+class InProcessSidecar:
+    """The sidecar (``app.run_sidecar``: its fetcher, GPU source, poll loop and /metrics server,
+    configured by the same flags) in a thread of this process; ``read`` gives its latest state."""
+
+    def __init__(self, cfg, env: Mapping[str, str], nvml=None, ready_timeout: float = 10.0) -> None:
+        from .app import run_sidecar
+
+        self.cfg = cfg
+        self.stop_event = threading.Event()
+        self.ready: Dict[str, Any] = {}
+        self.rc: List[int] = []
+
+        def target() -> None:
+            self.rc.append(run_sidecar(cfg, env, stop=self.stop_event, nvml=nvml,
+                                       on_ready=lambda srv, sc: self.ready.update(server=srv, sidecar=sc)))
+
+        self.thread = threading.Thread(target=target, name="sidecar", daemon=True)
+        self.thread.start()
+        end = time.monotonic() + ready_timeout
+        while "sidecar" not in self.ready and not self.rc and time.monotonic() < end:
+            time.sleep(0.02)
+        if "sidecar" not in self.ready:
+            self.stop_event.set()
+            raise StartFailed(self.rc[0] if self.rc else 1,
+                              "" if self.rc else f"the sidecar did not start within {ready_timeout:g}s")
+        host, port = self.ready["server"].address
+        self.metrics_address = f"http://{host}:{port}/metrics"
+
+    @property
+    def sidecar(self):
+        return self.ready["sidecar"]
+
+    def describe(self) -> str:
+        from .config import redact_url
+
+        return (f"vLLM {redact_url(self.cfg.metrics_url)} · sidecar in this process (poll {self.cfg.poll_interval:g}s, "
+                f"window {self.cfg.window:g}s), serving {self.metrics_address}")
+
+    def wait_for_signals(self, timeout: Optional[float] = None) -> None:
+        """Until two reads made the derived signals (or a read failed), for a single screen."""
+        if timeout is None:
+            timeout = 3 * self.cfg.poll_interval + 2 * self.cfg.vllm_timeout + 5
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            sc = self.sidecar
+            pub = sc.published
+            if sc.polls >= 1 and dict(pub.up).get("vllm") is False:
+                return
+            if sc.polls >= 2 and pub.signals.models:
+                return
+            time.sleep(0.05)
+
+    def read(self) -> Tuple[Optional[Published], Optional[str]]:
+        pub = self.sidecar.published
+        if self.sidecar.polls == 0:
+            return None, None
+        if dict(pub.up).get("vllm") is False:
+            return pub, self._last_vllm_error()
+        return pub, None
+
+    def _last_vllm_error(self) -> str:
+        """The failure reason whose count rose last (``vllm_sidecar_poll_errors_total``)."""
+        from .config import redact_url
+
+        counts = {r: n for (t, r), n in self.sidecar.published.errors_total if t == "vllm"}
+        prev = getattr(self, "_prev_counts", {})
+        rose = [r for r, n in counts.items() if n > prev.get(r, 0)]
+        self._prev_counts = counts
+        if rose:
+            self._why = rose[0]
+        why = getattr(self, "_why", None) or max(counts, key=counts.get, default="unreachable")
+        return f"cannot read vLLM at {redact_url(self.cfg.metrics_url)}: {why}"
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.thread.join(3)
+
+
+class ScrapedSidecar:
+    """A running sidecar's /metrics, read back into its ``Published`` state on every ``read``."""
+
+    def __init__(self, url: str, timeout: float = 5.0, max_bytes: int = 16 * 1024 * 1024) -> None:
+        from .config import metrics_url
+        from .fetch import PageFetcher
+
+        self.url = metrics_url(url)
+        self.fetcher = PageFetcher(self.url, timeout, max_bytes)
+        self.last: Optional[Published] = None
+
+    def describe(self) -> str:
+        return f"sidecar {self.fetcher.safe_url}"
+
+    def wait_for_signals(self, timeout: Optional[float] = None) -> None:
+        return None
+
+    def read(self) -> Tuple[Optional[Published], Optional[str]]:
+        from .fetch import FetchError
+
+        try:
+            text = self.fetcher.fetch()
+        except FetchError as exc:
+            return self.last, f"cannot read the sidecar: {exc.message}"
+        if PREFIX + "build_info" not in text:
+            return self.last, f"cannot read the sidecar: {self.fetcher.safe_url} has no {PREFIX}build_info (not a sidecar?)"
+        self.last = published_from_exposition(text, time.time())
+        return self.last, None
+
+    def close(self) -> None:
+        self.fetcher.close()
+
+
+def flagged_lines(first_seen: Mapping[str, float], start_wall: float) -> List[str]:
+    if not first_seen:
+        return ["  flagged     nothing so far"]
+    items = sorted(first_seen.items(), key=lambda x: x[1])
+    return ["  flagged     " + "   ".join(f"{what} (first at {time.strftime('%H:%M:%S', time.localtime(start_wall + t))})"
+                                        for what, t in items)]
+
+
+def run_top(source, out: TextIO, tty: bool, refresh: float, once: bool,
+            stop: Optional[threading.Event] = None, clock: Callable[[], float] = time.monotonic) -> Optional[str]:
+    """Show ``source``'s state every ``refresh`` seconds until ``stop`` is set (or once). Returns
+    None, or with ``once`` the error when what ``source`` reads could not be read (it is on the
+    screen too)."""
+    stop = stop or threading.Event()
+    view = View(out, tty and not once)
+    start, start_wall = clock(), time.time()
+    err: Optional[str] = None
+    if once:
+        source.wait_for_signals()
+    while True:
+        pub, err = source.read()
+        elapsed = clock() - start
+        head = [f"vllm-sidecar-exporter top · {source.describe()}",
+                f"{time.strftime('%H:%M:%S')}   watching {elapsed:.0f}s" + ("" if once else f"   every {refresh:g}s")
+                + ("" if once or not tty else "   (Ctrl-C to stop)")]
+        if err:
+            head.append(f"  ERROR       {err}")
+        if pub is None:
+            view.show("\n".join(head + ["  (no reading yet)"]))
+        else:
+            view.trouble(pub, elapsed)
+            view.show(view.render(pub, head, flagged_lines(view.first_seen, start_wall)))
+        if once or stop.wait(refresh):
+            break
+    return err if once else None

@@ -19,6 +19,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -96,14 +97,24 @@ class Vllm:
         except OSError:
             return False
 
+    # The API server leads its own process group (Process starts it in a new session); its
+    # EngineCore and workers (about 1.5 GB) are in that group and survive a kill of its PID alone,
+    # so both ways of ending vLLM signal the whole group.
     def kill(self) -> None:
-        self.proc.proc.kill()
-        self.proc.proc.wait(30)
+        """A crash: SIGKILL to the whole group at once; none of its processes is left."""
+        stop_group(self.proc.proc, grace=0)
         self.proc.log.close()
+        try:
+            os.killpg(self.proc.proc.pid, 0)
+        except ProcessLookupError:
+            return
+        raise AssertionError(f"vLLM's process group {self.proc.proc.pid} still has processes after SIGKILL")
 
     def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop()
+        if self.proc is not None and self.proc.proc is not None:
+            stop_group(self.proc.proc, grace=30)
+            if not self.proc.log.closed:
+                self.proc.log.close()
 
     def metrics(self) -> str:
         with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
@@ -115,6 +126,40 @@ class Vllm:
         req = urllib.request.Request(self.url + "/v1/completions", body, {"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=300) as r:
             r.read()
+
+
+def stop_group(proc: subprocess.Popen, grace: float) -> None:
+    """SIGTERM the process group led by ``proc`` (SIGKILL when ``grace`` is 0), wait up to ``grace``
+    seconds for every member to leave, then SIGKILL what is left and reap the leader."""
+    pgid = proc.pid
+
+    def group_alive() -> bool:
+        proc.poll()  # reap the leader so it does not count as alive
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    try:
+        os.killpg(pgid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    end = time.monotonic() + grace
+    while group_alive() and time.monotonic() < end:
+        time.sleep(0.2)
+    if group_alive():
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        pass
+    end = time.monotonic() + 15
+    while group_alive() and time.monotonic() < end:
+        time.sleep(0.2)
 
 
 class Load:

@@ -1,0 +1,81 @@
+"""``vllm-sidecar-exporter top``: the demo's live terminal view, pointed at a real vLLM.
+
+``top --vllm-url URL`` runs the sidecar in this process (the same flags, environment variables
+and configuration file as the sidecar itself) and shows its signals every refresh;
+``top --sidecar-url URL`` reads a running sidecar's /metrics instead and shows the same view.
+On a terminal the screen is redrawn; in a pipe (or with ``--plain``) one block is printed per
+refresh, without escape codes; ``--once`` prints one screen and exits (status 1 when what it reads
+could not be read).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from typing import Mapping, Sequence
+
+from ..errors import ConfigError
+from ..runtime import config as config_mod
+from .parsing import PROG, OneLineParser, fail
+from .serve import add_config_flags
+
+
+def parser() -> OneLineParser:
+    p = OneLineParser(
+        prog=f"{PROG} top",
+        description="A live terminal view of a real vLLM, like the demo's: the sidecar runs in this process "
+                    "against --vllm-url (every sidecar flag applies), or --sidecar-url reads a running sidecar.")
+    p.add_argument("--sidecar-url", metavar="URL", default=None,
+                   help="read this running sidecar's /metrics (appended when the URL has no path) instead of "
+                        "running one against --vllm-url")
+    p.add_argument("--refresh", type=float, default=2.0, help="seconds between screens (default 2)")
+    p.add_argument("--once", action="store_true", help="print one screen and exit (for scripts)")
+    p.add_argument("--plain", action="store_true", help="print screens one after another instead of redrawing")
+    add_config_flags(p)
+    return p
+
+
+def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    from ..runtime.console import InProcessSidecar, ScrapedSidecar, StartFailed, run_top
+
+    ns = parser().parse_args(list(argv))
+    if ns.refresh <= 0:
+        return fail("top", "--refresh must be > 0")
+    keys = {f.key for f in config_mod.FIELDS} | {"config"}
+    flags = {k: v for k, v in vars(ns).items() if k in keys and v is not None}
+    if ns.sidecar_url:
+        if set(flags) - {"config"}:
+            given = ", ".join(config_mod.flag_name(k) for k in sorted(set(flags) - {"config"}))
+            return fail("top", f"--sidecar-url reads a running sidecar: {given} apply to the in-process sidecar only")
+        try:
+            source = ScrapedSidecar(ns.sidecar_url)
+        except Exception as exc:  # noqa: BLE001 - a URL requests cannot use
+            return fail("top", f"--sidecar-url: {exc}")
+    else:
+        # top's own sidecar serves on a free loopback port and logs only errors, unless told otherwise
+        flags.setdefault("listen", "127.0.0.1:0")
+        flags.setdefault("log_level", "error")
+        try:
+            cfg = config_mod.build(flags, env)
+        except ConfigError as exc:
+            return fail("top", str(exc))
+        try:
+            source = InProcessSidecar(cfg, env)
+        except ConfigError as exc:
+            return fail("top", str(exc))
+        except StartFailed as exc:  # run_sidecar has said why, or the message does
+            return fail("top", exc.message) if exc.message else exc.rc
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+    try:
+        err = run_top(source, sys.stdout, tty=sys.stdout.isatty() and not ns.plain, refresh=ns.refresh,
+                      once=ns.once, stop=stop)
+    finally:
+        source.close()
+    if err:
+        sys.stderr.write(f"{PROG} top: error: {err}\n")
+        return 1
+    return 0
