@@ -41,17 +41,20 @@ WINDOW = 20  # the sidecar's window; phase 1 compares over the same span (a CPU 
 # Thresholds scaled to the test server's 9,600-token KV cache, whose usage swings between 0.4 and
 # 0.99 under load as requests finish in waves; the rules are the pack's own.
 # one SLO file for the rules and the sidecar, as in production
+# (the windows scaled down to the test's minutes: a fleet baseline from 30 s of history, requests
+# held back over 10 s, alerts that resolve within seconds of recovery)
 TEST_SLO = """
-windows: {rate: 30s, sustain: 15s, sidecar: 20s}
+windows: {rate: 30s, sustain: 15s, sidecar: 20s, held_back: 10s, baseline: 30s, baseline_offset: 5s,
+          baseline_edge: 10s}
 kv_cache: {warn: 0.85, critical: 0.9}
 long_prompt: {tokens: 4000, min_per_second: 0.05}
 stall: {after: 10s}
 alerts:
-  VLLMKVCacheExhausted: {for: 2s}
-  VLLMPreemptionsSustained: {for: 3s}
-  VLLMLongPromptSurge: {for: 3s}
+  VLLMKVCacheExhausted: {for: 2s, keep_firing_for: 5s}
+  VLLMPreemptionsSustained: {for: 3s, keep_firing_for: 5s}
+  VLLMLongPromptSurge: {for: 3s, keep_firing_for: 5s}
   VLLMTargetDown: {for: 3s}
-  VLLMQueueBuildup: {for: 3s}
+  VLLMQueueBuildup: {for: 3s, keep_firing_for: 5s}
 """
 
 
