@@ -35,6 +35,14 @@ def http_get(url: str, timeout: float = 5.0):
         return json.loads(r.read().decode())
 
 
+class StackError(RuntimeError):
+    """A process of the stack did not start, answer or behave as expected; one message."""
+
+
+class WaitTimeout(StackError, TimeoutError):
+    """A condition did not come true in time; the message says which, with the last value seen."""
+
+
 def wait_until(fn, timeout: float, every: float = 0.25, what: str = "condition", diag=None):
     end = time.monotonic() + timeout
     last = None
@@ -47,7 +55,7 @@ def wait_until(fn, timeout: float, every: float = 0.25, what: str = "condition",
             last = exc
         time.sleep(every)
     extra = diag() if diag else ""
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})\n{extra}")
+    raise WaitTimeout(f"timed out after {timeout}s waiting for {what} (last: {last!r})\n{extra}")
 
 
 class Webhook:
@@ -189,7 +197,8 @@ class Stack:
         if at is not None:
             q["time"] = str(at)
         data = http_get(self.prom_url + "/api/v1/query?" + urllib.parse.urlencode(q))
-        assert data["status"] == "success", data
+        if data.get("status") != "success":
+            raise StackError(f"Prometheus query {promql!r} failed: {data}")
         return data["data"]["result"]
 
     def alerts(self) -> List[dict]:

@@ -80,7 +80,8 @@ def finish(a: Alert, slo: Mapping[str, Any], steps: Mapping[str, str]) -> Dict[s
 def alert_rules(c: Ctx) -> List[Dict[str, Any]]:
     alerts = all_alerts(c)
     keys = [a.key for a in alerts]
-    assert len(keys) == len(set(keys)), "two alert rules share a key"
+    if len(keys) != len(set(keys)):
+        raise ValueError(f"two alert rules share a key: {sorted(k for k in keys if keys.count(k) > 1)}")
     steps = {}
     if not c.slo["runbook_base_url"]:
         from ..runbooks import act_steps
