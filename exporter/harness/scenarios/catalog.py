@@ -270,17 +270,10 @@ def production_trace(trace: str = "conv", history_h: float = 24.0, step: float =
     for off, p_tok, o_tok in rows:
         buckets[int(off // step)].append((p_tok, o_tok))
 
-    def state(i: int, k: int) -> PodState:
-        base = healthy(i, step, False, k)
-        if i < n_hist:
-            load = diurnal(i, step, rate * 1.2, rate * 0.4)
-            return replace(base, requests=load, long_share=share, prompt_tokens=prompt_median,
-                           long_tokens=sum(longs) / len(longs), output_tokens=out_mean,
-                           kv_usage=min(0.95, 0.4 + 0.45 * load / (rate * 1.6)), running=min(32.0, 6 + 6 * load))
-        b = buckets[i - n_hist]
+    def from_bucket(base: PodState, b, mult: float) -> PodState:
         if not b:
             return replace(base, requests=0.0, running=2.0, kv_usage=0.2)
-        req = len(b) / step * scale / pods
+        req = len(b) / step * scale / pods * mult
         lg = [p for p, _ in b if p > long_tokens]
         sh = sorted(p for p, _ in b if p <= long_tokens) or [prompt_median]
         return replace(base, requests=req, long_share=len(lg) / len(b), prompt_tokens=sh[len(sh) // 2],
@@ -288,15 +281,20 @@ def production_trace(trace: str = "conv", history_h: float = 24.0, step: float =
                        kv_usage=min(0.97, 0.4 + 0.45 * req / (rate * 1.6)), running=min(32.0, 6 + 6 * req),
                        ttft=0.3 + 0.1 * req / rate, gpu_util=min(0.99, 0.5 + 0.15 * req / rate))
 
+    def state(i: int, k: int) -> PodState:
+        base = healthy(i, step, False, k)
+        if i < n_hist:  # the day before: the same hour of traffic over and over, on a daily curve
+            return from_bucket(base, buckets[i % trace_steps], diurnal(i, step, 1.2, 0.4))
+        return from_bucket(base, buckets[i - n_hist], 1.0)
+
     fleet = [Pod(pod_name("vllm-chat", 1, k), (lambda i, k=k: state(i, k))) for k in range(pods)]
     Fleet(book).render(fleet)
     return Scenario(f"production-trace-{trace}", f"A real production hour (Azure LLM inference trace, {trace})", book,
                     onset=n_hist, no_page=True,
                     notes=f"{pods} replicas; the public Azure LLM inference trace 2023 ({trace}: {len(rows):,} requests in "
-                          f"an hour, {share:.0%} of prompts over 4,000 tokens) x{scale:g}, after a day of the same "
-                          "traffic's averages. The conv hour holds a real surge of long prompts from minute 26 to 32 "
-                          "(about 100 a minute, 3.5x the hour's average, then almost none): a warning is right there, "
-                          "a page is not")
+                          f"an hour, {share:.0%} of prompts over 4,000 tokens) x{scale:g}, after a day replaying the "
+                          "same hour on a daily curve; its bursts of long prompts are this service's normal: a warning "
+                          "there is arguable, a page is not")
 
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "recordings"

@@ -9,16 +9,19 @@ from ..context import Ctx, indent, le_for
 from . import Alert
 
 
-def fleet_normal(c: Ctx, per_replica_model_rate: str) -> str:
-    """What one replica of the model normally does: the fleet's average over the baseline window
-    (keyed by the model, so it survives rollouts); a model without that history compares with
-    the median of its replicas now, when it has enough of them; otherwise there is no normal
-    and nothing is compared (a new model on ordinary traffic never fires)."""
+def fleet_normal(c: Ctx, per_replica_model_rate: str, quantile: float = 0.0) -> str:
+    """What one replica of the model normally does: over the baseline window, the fleet's average
+    (or, with ``quantile``, that quantile of it: what the busier moments of a normal day look like,
+    for a bursty signal), keyed by the model, so it survives rollouts. Only once the history
+    reaches back to the far end of the window (not the first minutes of a new model); callers
+    fall back to the replicas' median now, else compare nothing (a new model on ordinary traffic
+    never fires)."""
     w = c.windows
-    # a history that reaches back to the far end of the window: not the first minutes of a new model
     far = c.seconds(w["baseline"]) + c.seconds(w["baseline_offset"]) - c.seconds(w["baseline_edge"])
-    return (f"avg_over_time({per_replica_model_rate}[{w['baseline']}] offset {w['baseline_offset']})\n"
-            f"and\npresent_over_time({per_replica_model_rate}[{w['baseline_edge']}] offset {far:g}s)")
+    over = f"[{w['baseline']}] offset {w['baseline_offset']}"
+    level = (f"quantile_over_time({quantile:g}, {per_replica_model_rate}{over})" if quantile
+             else f"avg_over_time({per_replica_model_rate}{over})")
+    return f"{level}\nand\npresent_over_time({per_replica_model_rate}[{w['baseline_edge']}] offset {far:g}s)"
 
 
 def alerts(c: Ctx) -> List[Alert]:
@@ -33,7 +36,7 @@ def alerts(c: Ctx) -> List[Alert]:
     def surge(now: str, per_replica_normal: str) -> str:
         """``now`` above factor x the model's normal for one replica: its fleet history, else the
         median of its replicas now (with enough of them), else nothing to compare with."""
-        history = fleet_normal(c, per_replica_normal)
+        history = fleet_normal(c, per_replica_normal, lp["baseline_quantile"])
         peers = f"quantile by ({svc}) (0.5, {now})\nand on ({svc})\ncount by ({svc}) ({now}) >= {min_replicas}"
         normal = f"{history}\nor\n(\n{indent(peers)}\n)"
         return f"{now}\n> on ({svc}) group_left ()\n(\n  {lp['surge_factor']} * (\n{indent(normal, 4)}\n  )\n)"
