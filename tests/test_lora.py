@@ -208,3 +208,16 @@ def test_an_impossible_value_is_rejected_and_the_rest_kept(clock, bad):
     lo = pub.signals.lora
     assert lo.known == 1 and lo.active == 1 and value(pub, "lora_adapter_active", adapter="tiny-lora") == 1
 
+
+def test_the_console_shows_adapters_when_present(clock):
+    import io
+
+    from exporter.runtime.console import View
+
+    view = View(io.StringIO(), tty=False)
+    text = view.render(read(clock, page("lora_running.txt")))
+    assert "LoRA        2 of 2 known adapters with requests (max 2 per batch): tiny-lora, tiny-lora-b" in text
+    assert "running:" not in text  # vLLM 0.32 does not say
+    assert "0 of 2 known adapters with requests (max 2 per batch): none" in view.render(
+        read(clock, page("lora_after.txt")))
+    assert "LoRA" not in view.render(read(clock, page("after_load.txt")))
