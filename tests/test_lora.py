@@ -221,3 +221,19 @@ def test_the_console_shows_adapters_when_present(clock):
     assert "0 of 2 known adapters with requests (max 2 per batch): none" in view.render(
         read(clock, page("lora_after.txt")))
     assert "LoRA" not in view.render(read(clock, page("after_load.txt")))
+
+
+def test_series_written_in_the_same_instant_are_both_the_state_now(clock):
+    # two engines (data parallel) share the series and may write in the same instant: both count
+    series = lora_series(page("lora_after.txt"))
+    t = max(v for _, v in series)
+    text = relabel(page("lora_after.txt"), lambda l, v: (l, t if l["running_lora_adapters"] == "tiny-lora" else v))
+    pub = read(clock, text)
+    assert value(pub, "lora_adapter_active", adapter="tiny-lora") == 1
+    assert value(pub, "lora_adapter_active", adapter="tiny-lora-b") == 0
+
+
+def test_an_unreadable_max_lora_leaves_only_that_out(clock):
+    pub = read(clock, relabel(page("lora_running.txt"), lambda l, v: ({**l, "max_lora": "many"}, v)))
+    assert value(pub, "lora_max_adapters") is None
+    assert value(pub, "lora_adapters_active") == 2 and pub.malformed_lines_total == 0
