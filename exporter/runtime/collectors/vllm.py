@@ -105,9 +105,9 @@ def _lora(read: Callable[[Lora], object]) -> Callable[[Signals], object]:
     return lambda s: read(s.lora) if s.lora is not None else None
 
 
-def _by_adapter(field: str) -> Callable[[Signals], object]:
+def _by_adapter(attr: str) -> Callable[[Signals], object]:
     def read(lo: Lora) -> Optional[Dict[str, float]]:
-        out = {a.name: _flag(getattr(a, field)) for a in lo.adapters}
+        out = {a.name: _flag(getattr(a, attr)) for a in lo.adapters}
         vals = {k: v for k, v in out.items() if v is not None}
         return vals or None
     return _lora(read)
