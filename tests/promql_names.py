@@ -74,8 +74,8 @@ def known_names():
     # emitted by vLLM only when VLLM_COMPUTE_NANS_IN_LOGITS=1, which the captured servers did not set
     only_when_enabled = {"vllm:corrupted_requests_total"}
     # derived signals the sidecar declares but emits only when vLLM has the inputs (speculative
-    # decoding is off on the captured servers)
-    from exporter.runtime.collectors import DERIVED
+    # decoding is off on the captured servers; LoRA only on the LoRA pages)
+    from exporter.runtime.collectors import DERIVED, POD_DERIVED
 
-    declared = {"vllm_sidecar_" + n for n in DERIVED}
+    declared = {"vllm_sidecar_" + n for n in (*DERIVED, *POD_DERIVED)}
     return real | sidecar_output_names() | recorded | only_when_enabled | declared

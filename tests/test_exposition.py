@@ -10,7 +10,8 @@ from exporter.runtime.parser import Parser, format_float, parse
 
 REAL_PAGES = sorted(p.name for p in VLLM_PAGES.glob("*.txt"))
 # sample counts of the real pages, as prometheus_client reads them
-EXPECTED_COUNTS = {"idle.txt": 420, "after_load.txt": 435, "after_pressure.txt": 510}
+EXPECTED_COUNTS = {"idle.txt": 420, "after_load.txt": 435, "after_pressure.txt": 510,
+                   "lora_idle.txt": 450, "lora_running.txt": 452, "lora_after.txt": 468}
 
 
 def reference(text):

@@ -15,6 +15,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from exporter.harness.fakenvml import FakeNvml, make_gpus
 from exporter.runtime.collectors import SidecarCollector
 from exporter.runtime.nvml import NvmlSource
+from conftest import page
 from helpers import cfg, sidecar_with
 
 pytestmark = pytest.mark.prometheus
@@ -57,3 +58,25 @@ def test_openmetrics_format_is_valid_and_says_the_same(clock, idle, after_load):
             for f in parse_text(generate_latest(reg).decode()) for s in f.samples}
     assert om.keys() == text.keys() and len(om) > 100
     assert om[("vllm_sidecar_ttft_seconds_count", (("model_name", "tiny-llama"),))] > 0
+
+
+def test_promtool_check_metrics_passes_with_lora(clock):
+    """Every LoRA series, running and waiting apart included: the real running page, its newest
+    series relabelled as a vLLM that lists waiting adapters apart would write it."""
+    if not shutil.which("promtool"):
+        pytest.fail("promtool is not installed (make test installs it)")
+    text = page("lora_running.txt")
+    both = 'running_lora_adapters="tiny-lora,tiny-lora-b",waiting_lora_adapters="tiny-lora,tiny-lora-b"'
+    assert both in text
+    text = text.replace(both, 'running_lora_adapters="tiny-lora,tiny-lora-b",waiting_lora_adapters="tiny-lora-b"')
+    sc, _ = sidecar_with(clock, cfg(poll_interval=1, window=60), text)
+    sc.poll_once()
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(SidecarCollector(lambda: sc.published))
+    body = generate_latest(reg)
+    served = {line.split("{")[0].split(" ")[0] for line in body.decode().splitlines() if line.startswith("vllm_sidecar_lora")}
+    assert served == {"vllm_sidecar_lora_" + n for n in (
+        "adapter_active", "adapter_running", "adapter_waiting", "adapters_active", "adapters_running",
+        "adapters_waiting", "adapters_known", "max_adapters")}
+    r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True)
+    assert r.returncode == 0, (r.stdout + r.stderr).decode()[:3000]

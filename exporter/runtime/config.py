@@ -125,7 +125,7 @@ FIELDS: Tuple[Field, ...] = (
     Field("max_engines", "int", 64, "most data-parallel engines (engine label) taken from one vLLM "
           "page", lo=1, hi=4096),
     Field("max_label_values", "int", 32, "most values of an extra label (finished_reason, reason) "
-          "taken per input and model", lo=1, hi=1024),
+          "taken per input and model, and most LoRA adapter names", lo=1, hi=1024),
 )
 # Keys of earlier releases that now live only in the SLO file: a clear error, not "unknown key".
 MOVED: Dict[str, str] = {

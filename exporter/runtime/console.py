@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from .gpu import THROTTLE_REASONS, GpuReading, GpuState
-from .signals import (BusyLow, Caches, Distribution, KvQueue, Latency, ModelSignals, Prompts, Signals,
+from .signals import (BusyLow, Caches, Distribution, KvQueue, Latency, Lora, ModelSignals, Prompts, Signals,
                       Throughput)
 from .state import Published
 
@@ -100,6 +100,20 @@ class View:
             f"  engine      stalled: {_yes(m.stalled)}",
         ]
 
+    @staticmethod
+    def lora_lines(lo: Lora) -> List[str]:
+        """The adapters with requests now (vLLM says which, not how many), known and max_lora."""
+        def names(flag: str) -> str:
+            got = [a.name for a in lo.adapters if getattr(a, flag)]
+            return ", ".join(got) if got else "none"
+
+        slots = lo.max_adapters if lo.max_adapters is not None else "?"
+        line = (f"  LoRA        {lo.active} of {lo.known} known adapters with requests (max {slots} per batch): "
+                f"{names('active')}")
+        if lo.distinguished:
+            line += f"   running: {names('running')}   waiting: {names('waiting')}"
+        return [line]
+
     def render(self, pub: Published, header: Sequence[str] = (), footer: Sequence[str] = ()) -> str:
         up = dict(pub.up)
         lines = list(header)
@@ -108,6 +122,8 @@ class View:
             lines.append("  (no signals yet: rates and quantiles need two reads)")
         for m in pub.signals.models:
             lines += self.model_lines(m)
+        if pub.signals.lora is not None:
+            lines += self.lora_lines(pub.signals.lora)
         gpu = pub.gpu
         if gpu is not None and gpu.gpus:
             utils = " ".join(fmt(x.utilization, "%") for x in gpu.gpus)

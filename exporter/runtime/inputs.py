@@ -20,8 +20,17 @@ one bad part is left out whole. A series that occurs twice on a page is rejected
 (``duplicate``, the first kept). Rejected values never reach the windows, so they never feed a
 rate or the learned baseline.
 
+LoRA (optional, not an ``Input``): vLLM's ``vllm:lora_requests_info{max_lora,
+running_lora_adapters, waiting_lora_adapters}`` (adapter names joined by commas, no model_name or
+engine label) is set to the current unix time for the label combination of the moment, and the
+series of earlier combinations stay on the page: the newest value is the state now, and every
+series together names the adapters that had requests since vLLM started. ``Snapshot.lora`` keeps
+the series as read (``LoraSeries``) and the adapter names admitted under the cap; the signals
+read it from there (``signals.lora``).
+
 Caps (``Caps``): at most ``max_models`` models, ``max_engines`` engines and ``max_label_values``
-values of an extra label (finished_reason, reason) per input and model are taken from a page.
+values of an extra label (finished_reason, reason) per input and model are taken from a page,
+and as many LoRA adapter names (the adapters of the newest series first, then by name).
 Models and engines already taken keep their place while they come back within the memory of
 the windows; the excess is left out, counted by reason (``dropped``) and named
 (``dropped_names``) so the poll loop can say which once.
@@ -98,6 +107,7 @@ GAUGE_RANGE: Dict[str, Tuple[float, float]] = {
 }
 
 PROCESS_START = "process_start_time_seconds"
+LORA_INFO = "vllm:lora_requests_info"
 
 SeriesKey = Tuple[str, str, str, str]  # input, model_name, engine, extra label value
 HistKey = Tuple[str, str, str]  # input, model_name, engine
@@ -115,6 +125,53 @@ class Route(NamedTuple):
     le: float  # bucket bound (NaN when not a bucket)
     lo: float  # the value must lie in [lo, hi] (NaN and infinities never do)
     hi: float
+
+
+class LoraRoute(NamedTuple):
+    """A ``vllm:lora_requests_info`` series, its labels split once per series text."""
+
+    max_lora: str
+    running: Tuple[str, ...]  # adapter names, as vLLM lists them
+    waiting: Tuple[str, ...]
+    input = None  # not one of INPUTS: the Builder keeps it apart
+    role = "lora"
+
+
+class LoraSeries(NamedTuple):
+    """One series of ``vllm:lora_requests_info`` on a page; ``t`` is its value (unix time)."""
+
+    max_lora: str
+    running: Tuple[str, ...]
+    waiting: Tuple[str, ...]
+    t: float
+
+
+@dataclass(frozen=True)
+class LoraPage:
+    """vLLM's LoRA series on one page and the adapter names taken under the cap."""
+
+    series: Tuple[LoraSeries, ...]
+    adapters: Tuple[str, ...]  # admitted (at most max_label_values), sorted
+    adapters_total: int  # every adapter name on the page, the ones over the cap included
+
+
+def lora_newest(series) -> Tuple[LoraSeries, ...]:
+    """The series of the state now: the highest value, wherever it stands on the page (several
+    when they tie, e.g. two engines writing in the same instant)."""
+    if not series:
+        return ()
+    top = max(s.t for s in series)
+    return tuple(s for s in series if s.t == top)
+
+
+def _adapters(value: str) -> Tuple[str, ...]:
+    return tuple(dict.fromkeys(a for a in value.split(",") if a))
+
+
+def _lora_route(labels) -> LoraRoute:
+    d = dict(labels)
+    return LoraRoute(d.get("max_lora", ""), _adapters(d.get("running_lora_adapters", "")),
+                     _adapters(d.get("waiting_lora_adapters", "")))
 
 
 # Where each name leads: sample name -> (input, role, priority)
@@ -137,11 +194,14 @@ _START = Route(None, "start", 0, "", "", "", math.nan, _TINY, _BIG)
 
 
 def route(name: str, labels) -> object:
-    """The Route of one series, ``COUNT`` for another ``vllm:`` series, None for the rest."""
+    """The Route of one series (a ``LoraRoute`` for vLLM's LoRA info), ``COUNT`` for another
+    ``vllm:`` series, None for the rest."""
     r = _ROUTES.get(name)
     if r is None:
         if name == PROCESS_START:
             return _START if not labels else None
+        if name == LORA_INFO:
+            return _lora_route(labels)
         return COUNT if name.startswith("vllm:") else None
     inp, role, prio = r
     model = engine = extra = ""
@@ -198,6 +258,7 @@ class Snapshot:
     dropped_names: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # which models/engines
     by_model: Dict[Tuple[str, str], List[Tuple[str, str, float]]] = field(default_factory=dict)
     hists_by_model: Dict[Tuple[str, str], List[Hist]] = field(default_factory=dict)
+    lora: Optional[LoraPage] = None  # None: no vllm:lora_requests_info sample on the page
 
     def present(self, key: str) -> bool:
         return key in self.resolved
@@ -276,9 +337,18 @@ class Builder:
         admitted_engines: Dict[str, bool] = {}
         max_extra = self.caps.max_label_values
         routed = 0
+        lora: List[LoraSeries] = []
         for r, v in rows:
             inp = r.input
             if inp is None:
+                if r.role == "lora":
+                    routed += 1
+                    if _TINY <= v <= _BIG:  # a unix time: finite and positive
+                        lora.append(LoraSeries(r.max_lora, r.running, r.waiting, v))
+                    else:
+                        rejected["invalid_value"] = rejected.get("invalid_value", 0) + 1
+                        snap.rejected_detail = snap.rejected_detail or f"{LORA_INFO} = {v!r}"
+                    continue
                 if r.lo <= v <= r.hi:
                     snap.process_start = v
                 else:
@@ -366,11 +436,27 @@ class Builder:
             if lst is None:
                 lst = hists_by[hkey[:2]] = []
             lst.append(h)
+        if lora:
+            snap.lora = self._lora(lora, dropped, dropped_names)
         snap.resolved = {k: INPUT_BY_KEY[k].names[p] for k, p in best.items()}
         snap.models = frozenset(models)
         snap.vllm_samples = routed + counted
         snap.dropped_names = {k: tuple(sorted(v)) for k, v in dropped_names.items()}
         return snap
+
+
+    def _lora(self, series: List[LoraSeries], dropped: Dict[str, int],
+              dropped_names: Dict[str, set]) -> LoraPage:
+        """The LoRA series and the adapter names under the cap: those of the state now first (the
+        ones a reader most needs), then the others by name; one sample dropped per name left out."""
+        now = {a for s in lora_newest(series) for a in (*s.running, *s.waiting)}
+        every = {a for s in series for a in (*s.running, *s.waiting)}
+        order = sorted(every, key=lambda a: (a not in now, a))
+        cap = self.caps.max_label_values
+        for a in order[cap:]:
+            dropped["max_label_values"] = dropped.get("max_label_values", 0) + 1
+            dropped_names.setdefault("max_label_values", set()).add(f"adapter={a}")
+        return LoraPage(series=tuple(series), adapters=tuple(sorted(order[:cap])), adapters_total=len(every))
 
 
 def normalize(page: Page, t: float, builder: Optional[Builder] = None) -> Snapshot:

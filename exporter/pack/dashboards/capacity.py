@@ -1,10 +1,15 @@
-"""Dashboard: KV cache, queue, preemptions and configured capacity per replica."""
+"""Dashboard: KV cache, queue, preemptions, configured capacity and LoRA adapters per replica."""
 
 from __future__ import annotations
 
 from typing import Any, Dict
 
-from .builder import LEVEL_MAP, Builder, Panel, Row, Target
+from .builder import LEVEL_MAP, Builder, Panel, Row, Target, value_map
+
+# vLLM 0.32 says which adapters have a request running or waiting, not how many
+LORA_MAP = value_map(("0", "no requests", "green"), ("1", "requests", "blue"))
+NO_LORA = "only where vLLM serves LoRA (--enable-lora) and an adapter has had a request since it started"
+NOT_APART = "vLLM 0.32 lists adapters with a request running or waiting under both labels, never apart"
 
 
 def capacity(b: Builder) -> Dict[str, Any]:
@@ -52,6 +57,24 @@ def capacity(b: Builder) -> Dict[str, Any]:
                   "renameByName": {"kv_cache_size_tokens": "KV tokens", "num_gpu_blocks": "KV blocks",
                                    "block_size": "block size", "gpu_memory_utilization": "GPU memory share",
                                    "enable_prefix_caching": "prefix caching"}}}]),
+        Row("LoRA adapters"),
+        Panel("LoRA adapters with requests", "Per replica and adapter: has at least one request running or "
+              "waiting (vLLM says which adapters, not how many requests, and on vLLM 0.32 not whether they run or "
+              "wait); running and waiting rows appear only where vLLM lists them apart. Every adapter that has had "
+              "a request since vLLM started has a row.",
+              [Target(b.s("vllm_sidecar_lora_adapter_active", False), "{{pod}} {{adapter}}", empty_ok=NO_LORA),
+               Target(b.s("vllm_sidecar_lora_adapter_running", False), "{{pod}} {{adapter}} running",
+                      empty_ok=NOT_APART),
+               Target(b.s("vllm_sidecar_lora_adapter_waiting", False), "{{pod}} {{adapter}} waiting",
+                      empty_ok=NOT_APART)],
+              kind="state-timeline", unit="none", w=14, mappings=LORA_MAP),
+        Panel("LoRA adapters against max_lora", "Adapters with requests (running or waiting) and adapters known "
+              "(had a request since vLLM started) per replica, against vLLM's max_lora, the most adapters one "
+              "batch holds: above that line some adapters' requests all wait for a slot. Adapters, not requests.",
+              [Target(b.s("vllm_sidecar_lora_adapters_active", False), "{{pod}} with requests", empty_ok=NO_LORA),
+               Target(b.s("vllm_sidecar_lora_adapters_known", False), "{{pod}} known", empty_ok=NO_LORA),
+               Target(b.s("vllm_sidecar_lora_max_adapters", False), "{{pod}} max_lora", empty_ok=NO_LORA)],
+              unit="short", w=10, min=0, decimals=0),
     ]
     return b.dashboard("vllm-capacity", "vLLM / Capacity",
-                       "KV cache, queue, preemptions and configured capacity per replica.", items)
+                       "KV cache, queue, preemptions, configured capacity and LoRA adapters per replica.", items)

@@ -1,7 +1,8 @@
 """The vLLM collector: the derived signals of every model as metric families.
 
-``DERIVED`` is the one table of every derived series: its name (without the prefix), help text,
-extra labels and how to read it from a ``ModelSignals``. Distributions are served as summaries
+``DERIVED`` is the one table of every derived series per model: its name (without the prefix),
+help text, extra labels and how to read it from a ``ModelSignals``; ``POD_DERIVED`` the same for
+the series without model_name, read from ``Signals`` (the GPUs' mean utilization, LoRA). Distributions are served as summaries
 (windowed quantiles plus cumulative ``_sum`` and ``_count``, as client libraries serve windowed
 quantiles), so ``promtool check metrics`` accepts the output.
 """
@@ -13,7 +14,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from ..signals import Distribution, ModelSignals, Signals
+from ..signals import Distribution, Lora, ModelSignals, Signals
 from .base import PREFIX
 
 
@@ -90,9 +91,55 @@ RESOLUTION = ("quantile_resolution_limited",
               "1 when the summary's quantile (for_quantile; promtool keeps the quantile label for summaries) fell in vLLM's first bucket and is served as that bucket's upper bound "
               "(the value is at most this; the histogram cannot say more), 0 when interpolated.")
 
+@dataclass(frozen=True)
+class PodSeries:
+    """A derived series without model_name: ``read`` gives a number, or {label value: number}
+    when ``label`` is set; None leaves it out."""
+
+    help: str
+    read: Callable[[Signals], object]
+    label: str = ""
+
+
+def _lora(read: Callable[[Lora], object]) -> Callable[[Signals], object]:
+    return lambda s: read(s.lora) if s.lora is not None else None
+
+
+def _by_adapter(attr: str) -> Callable[[Signals], object]:
+    def read(lo: Lora) -> Optional[Dict[str, float]]:
+        out = {a.name: _flag(getattr(a, attr)) for a in lo.adapters}
+        vals = {k: v for k, v in out.items() if v is not None}
+        return vals or None
+    return _lora(read)
+
+
+_MEMBERSHIP = "vLLM says which adapters have requests, not how many: 0/1, never a count of requests."
+_APART = ("Only when vLLM lists running and waiting adapters apart: vLLM 0.32 lists every adapter with a request "
+          "running or waiting under both labels, so on its pages this is left out (see lora_adapter_active).")
+
 # Derived series without model_name
-POD_DERIVED: Dict[str, str] = {
-    "gpu_mean_utilization_ratio": "Mean utilization of the pod's GPUs over the window.",
+POD_DERIVED: Dict[str, PodSeries] = {
+    "gpu_mean_utilization_ratio": PodSeries("Mean utilization of the pod's GPUs over the window.",
+                                            lambda s: s.gpu_mean_utilization),
+    "lora_adapter_active": PodSeries(
+        "1 while the LoRA adapter has at least one request running or waiting in vLLM (named in the newest "
+        "vllm:lora_requests_info series), 0 for the other adapters known. " + _MEMBERSHIP,
+        _by_adapter("active"), "adapter"),
+    "lora_adapter_running": PodSeries("1 while the LoRA adapter has a request running, 0 otherwise. " + _APART + " "
+                                      + _MEMBERSHIP, _by_adapter("running"), "adapter"),
+    "lora_adapter_waiting": PodSeries("1 while the LoRA adapter has a request waiting, 0 otherwise. " + _APART + " "
+                                      + _MEMBERSHIP, _by_adapter("waiting"), "adapter"),
+    "lora_adapters_active": PodSeries("LoRA adapters with at least one request running or waiting (adapters, not "
+                                      "requests).", _lora(lambda lo: lo.active)),
+    "lora_adapters_running": PodSeries("LoRA adapters with a request running (adapters, not requests). " + _APART,
+                                       _lora(lambda lo: lo.running)),
+    "lora_adapters_waiting": PodSeries("LoRA adapters with a request waiting (adapters, not requests). " + _APART,
+                                       _lora(lambda lo: lo.waiting)),
+    "lora_adapters_known": PodSeries("LoRA adapters vLLM has had requests for since it started (every adapter named "
+                                     "in any vllm:lora_requests_info series, those over the label cap included).",
+                                     _lora(lambda lo: lo.known)),
+    "lora_max_adapters": PodSeries("vLLM's max_lora (--max-loras): the most LoRA adapters one batch can hold.",
+                                   _lora(lambda lo: lo.max_adapters)),
 }
 
 
@@ -106,8 +153,15 @@ class Point(NamedTuple):
 
 def signal_points(signals: Signals) -> Iterator[Point]:
     """Every derived sample in ``signals``, quantiles of distributions included."""
-    if signals.gpu_mean_utilization is not None:
-        yield Point("gpu_mean_utilization_ratio", {}, signals.gpu_mean_utilization)
+    for name, pod in POD_DERIVED.items():
+        v = pod.read(signals)
+        if v is None:
+            continue
+        if pod.label:
+            for key, x in v.items():  # type: ignore[union-attr]
+                yield Point(name, {pod.label: key}, float(x))
+        else:
+            yield Point(name, {}, float(v))  # type: ignore[arg-type]
     for m in signals.models:
         for name, series in DERIVED.items():
             v = series.read(m)
@@ -129,10 +183,18 @@ def signal_points(signals: Signals) -> Iterator[Point]:
 
 def families(signals: Signals) -> List[Metric]:
     out: List[Metric] = []
-    if signals.gpu_mean_utilization is not None:
-        util = GaugeMetricFamily(PREFIX + "gpu_mean_utilization_ratio", POD_DERIVED["gpu_mean_utilization_ratio"])
-        util.add_metric([], signals.gpu_mean_utilization)
-        out.append(util)
+    for name, pod in POD_DERIVED.items():
+        v = pod.read(signals)
+        if v is None:
+            continue
+        fam = GaugeMetricFamily(PREFIX + name, pod.help, labels=[pod.label] if pod.label else [])
+        if pod.label:
+            for key, x in sorted(v.items()):  # type: ignore[union-attr]
+                fam.add_metric([key], float(x))
+        else:
+            fam.add_metric([], float(v))  # type: ignore[arg-type]
+        if fam.samples:
+            out.append(fam)
     for name, series in sorted(DERIVED.items()):
         if series.summary:
             fam = Metric(PREFIX + name, series.help, "summary")

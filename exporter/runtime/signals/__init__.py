@@ -9,6 +9,7 @@ learned baseline, and returns ``Signals`` (see ``results``). One module per sign
     latency      TTFT/ITL/e2e/queue distributions, TTFT mean, SLO attainment; prompt lengths
     caches       prefix-cache hits, speculative-decoding acceptance
     anomaly      a stalled engine; GPU busy with tokens low against the learned baseline
+    lora         LoRA adapters with requests now, adapters known, vLLM's max_lora (whole pod)
 
 A signal whose inputs are missing, or that has nothing to say (no request finished in the
 window, so no quantile), is None and left out; it is never reported as 0.
@@ -26,16 +27,17 @@ from .caches import caches, counter_ratio
 from .capacity import (HORIZON_SECONDS, MIN_SLOPE_PER_SECOND, kv_and_queue, kv_pressure_level, seconds_to_full,
                        time_to_full)
 from .latency import cap, distribution, latency, prompts, quantile_or_bound
-from .results import (QUANTILES, BusyLow, Caches, Distribution, KvQueue, Latency, ModelSignals, Prompts,
-                      Signals, Throughput)
+from .lora import lora
+from .results import (QUANTILES, BusyLow, Caches, Distribution, KvQueue, Latency, Lora, LoraAdapter, ModelSignals,
+                      Prompts, Signals, Throughput)
 from .throughput import throughput
 
 __all__ = [
     "HORIZON_SECONDS", "MIN_SLOPE_PER_SECOND", "QUANTILES", "Baseline", "BusyLow", "Caches", "Distribution",
-    "KvQueue", "Latency", "ModelSignals", "Prompts", "Signals", "Throughput", "busy_low", "cap", "caches",
-    "counter_ratio", "derive", "derive_view", "distribution", "engine_stalled", "kv_and_queue", "kv_pressure_level",
-    "latency", "mean_utilization", "percentile", "prompts", "quantile_or_bound", "seconds_to_full", "throughput",
-    "time_to_full",
+    "KvQueue", "Latency", "Lora", "LoraAdapter", "ModelSignals", "Prompts", "Signals", "Throughput", "busy_low", "cap",
+    "caches", "counter_ratio", "derive", "derive_view", "distribution", "engine_stalled", "kv_and_queue",
+    "kv_pressure_level", "latency", "lora", "mean_utilization", "percentile", "prompts", "quantile_or_bound",
+    "seconds_to_full", "throughput", "time_to_full",
 ]
 
 
@@ -44,7 +46,7 @@ def derive_view(view: View, cfg: Config, util: Optional[float] = None,
     """Every derived signal for every model on the latest page of ``view``.
 
     One snapshot in the window: the gauges (KV usage, running, waiting, waiting for capacity,
-    the pressure level where one page settles it). Two or more: everything.
+    the pressure level where one page settles it, LoRA). Two or more: everything.
     """
     if view.polls == 0 or view.latest is None:
         return Signals(gpu_mean_utilization=util)
@@ -71,7 +73,7 @@ def derive_view(view: View, cfg: Config, util: Optional[float] = None,
                               floor=cfg.throughput_floor, min_busy_seconds=cfg.baseline_min_seconds,
                               quantile=cfg.baseline_quantile),
         ))
-    return Signals(gpu_mean_utilization=util, models=tuple(models))
+    return Signals(gpu_mean_utilization=util, models=tuple(models), lora=lora(latest))
 
 
 def derive(

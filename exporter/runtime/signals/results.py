@@ -83,6 +83,43 @@ class BusyLow:
 
 
 @dataclass(frozen=True)
+class LoraAdapter:
+    """One LoRA adapter vLLM has had requests for since it started.
+
+    vLLM 0.32 says which adapters have requests, never how many. ``active``: the adapter has at
+    least one request waiting or running now. ``running``/``waiting``: which of the two, only
+    when vLLM tells them apart (see ``Lora.distinguished``); None otherwise."""
+
+    name: str
+    active: bool
+    running: Optional[bool] = None
+    waiting: Optional[bool] = None
+
+
+@dataclass(frozen=True)
+class Lora:
+    """vLLM's LoRA state now, for the whole pod (vLLM's LoRA metric has no model or engine).
+
+    ``adapters``: every adapter known (had a request since vLLM started), at most
+    ``max_label_values`` of them, by name; the counts include any left out by that cap.
+    ``distinguished``: some series on the page lists different adapters as running and as
+    waiting, so the two labels mean what they say. vLLM 0.32 fills both labels from the same
+    table (every adapter with a request in flight, running or waiting), so on its pages they never
+    differ and running/waiting are None."""
+
+    max_adapters: Optional[int]  # vLLM's max_lora: the most adapters in one batch
+    adapters: Tuple[LoraAdapter, ...]
+    known: int
+    active: int
+    running: Optional[int] = None
+    waiting: Optional[int] = None
+    distinguished: bool = False
+
+    def adapter(self, name: str) -> Optional[LoraAdapter]:
+        return next((a for a in self.adapters if a.name == name), None)
+
+
+@dataclass(frozen=True)
 class ModelSignals:
     model: str
     throughput: Throughput
@@ -100,6 +137,7 @@ class Signals:
 
     gpu_mean_utilization: Optional[float] = None
     models: Tuple[ModelSignals, ...] = ()
+    lora: Optional[Lora] = None  # None: vLLM serves no LoRA state (LoRA off, or no request yet)
 
     def model(self, name: str) -> Optional[ModelSignals]:
         return next((m for m in self.models if m.model == name), None)
