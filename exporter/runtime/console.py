@@ -182,6 +182,30 @@ OTHER = ("requests_finished_per_second", "engine_stalled", "throughput_baseline_
 _PARTS = {"throughput": Throughput, "kv": KvQueue, "latency": Latency, "prompts": Prompts, "caches": Caches}
 
 
+def _lora_from(each) -> Optional[Lora]:
+    """The LoRA state a page's ``lora_*`` series were rendered from (None without them)."""
+    from .signals import LoraAdapter
+
+    def one(name: str) -> Optional[float]:
+        vals = [v for _, v in each(name)]
+        return vals[0] if vals else None
+
+    known = one("lora_adapters_known")
+    if known is None:
+        return None
+    flags: Dict[str, Dict[str, bool]] = {}
+    for key in ("active", "running", "waiting"):
+        for lab, v in each(f"lora_adapter_{key}"):
+            flags.setdefault(lab["adapter"], {})[key] = v == 1.0
+    adapters = tuple(LoraAdapter(name, f.get("active", False), f.get("running"), f.get("waiting"))
+                     for name, f in sorted(flags.items()))
+    running, waiting, max_adapters = one("lora_adapters_running"), one("lora_adapters_waiting"), one("lora_max_adapters")
+    return Lora(max_adapters=None if max_adapters is None else int(max_adapters), adapters=adapters, known=int(known),
+                active=int(one("lora_adapters_active") or 0),
+                running=None if running is None else int(running), waiting=None if waiting is None else int(waiting),
+                distinguished=running is not None)
+
+
 def published_from_exposition(text: str, t: float) -> Published:
     """The ``Published`` state a sidecar's ``/metrics`` page (text format) was rendered from, as
     far as the page says it: every derived signal, the self-health the view and the collectors
@@ -234,7 +258,8 @@ def published_from_exposition(text: str, t: float) -> Published:
             model=model, **{k: cls(**parts[k]) for k, cls in _PARTS.items()},
             stalled=None if stalled is None else stalled == 1.0, busy_low=busy))
     util = [v for _, v in each("gpu_mean_utilization_ratio")]
-    signals = Signals(gpu_mean_utilization=util[0] if util else None, models=tuple(out_models))
+    signals = Signals(gpu_mean_utilization=util[0] if util else None, models=tuple(out_models),
+                      lora=_lora_from(each))
 
     up = tuple(sorted((lab["target"], v == 1.0) for lab, v in each("target_up")))
     gpu_source = next((lab["collector"] for lab, _ in each("collector_success") if lab["collector"] != "vllm"), "")
@@ -277,6 +302,7 @@ def published_from_exposition(text: str, t: float) -> Published:
         input_resolved=tuple(sorted((lab["input"], lab["metric"]) for lab, _ in each("input_resolved"))),
         gpu=gpu,
         malformed_lines_total=int(sum(v for _, v in each("parse_malformed_lines_total"))),
+        malformed_by_reason=tuple(sorted((lab["reason"], int(v)) for lab, v in each("parse_malformed_lines_total"))),
         vllm_restarts_total=int(sum(v for _, v in each("vllm_restarts_total"))),
         poll_seconds=tuple(sorted((lab["target"], v) for lab, v in each("poll_duration_seconds"))),
         page_bytes=int(sum(v for _, v in each("vllm_page_bytes"))),
