@@ -311,8 +311,12 @@ def replicas(tokens_per_min, running=lambda pod: 8):
 
 
 CASES["VLLMReplicaOutlier"] = [
+    # the same load, one replica decoding at a fifth of the speed: 200 tokens/s over 8 running requests
     case(replicas([60000, 60000, 60000, 12000]),
-         [at(25, "VLLMReplicaOutlier", expect("VLLMReplicaOutlier", {**W, "pod": "vllm-3", "signal": "throughput"}, "200"))]),
+         [at(25, "VLLMReplicaOutlier", expect("VLLMReplicaOutlier", {**W, "pod": "vllm-3", "signal": "throughput"}, "25"))]),
+    # a replica with a third of the traffic (the router sends it less): fewer running requests at the
+    # same speed, not an outlier
+    case(replicas([60000, 60000, 60000, 20000], running=lambda i: 3 if i == 3 else 8), [quiet(30, "VLLMReplicaOutlier")]),
     case(replicas([60000, 55000, 62000, 58000]), [quiet(30, "VLLMReplicaOutlier")]),
     # an idle replica makes few tokens because it has no work: not an outlier
     case(replicas([60000, 60000, 60000, 0], running=lambda i: 0 if i == 3 else 8), [quiet(30, "VLLMReplicaOutlier")]),

@@ -74,6 +74,11 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
                   f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor\nmax by ({by}) (vllm:gpu_cache_usage_perc{s()})"),
         Recording(running, f"sum by ({by}) (vllm:num_requests_running{s()})"),
         Recording(waiting, f"sum by ({by}) (vllm:num_requests_waiting{s()})"),
+        # per running request: what a replica's decoding speed is, whatever share of the traffic it gets
+        # (a replica with less traffic has fewer running requests, not slower ones)
+        Recording(c.rec("vllm_generation_tokens_per_running_request", "rate"),
+                  f"{c.rec('vllm_generation_tokens', 'rate')}\n/ on ({c.by})\n"
+                  f"(avg_over_time({c.rec('vllm_requests_running', 'sum')}[{c.W}]) > 0)"),
         Recording(cap,
                   f"sum by ({by}) (vllm:num_requests_waiting_by_reason{s(CAPACITY)})\n"
                   f"or\n(\n  {waiting} > 0\n  and on ({by})\n"

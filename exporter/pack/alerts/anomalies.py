@@ -14,6 +14,7 @@ def alerts(c: Ctx) -> List[Alert]:
     by, s, who, svc, S2 = c.by, c.s, c.who, c.svc, c.S2
     ol = c.slo["outlier"]
     tok = c.rec("vllm_generation_tokens", "rate")
+    speed = c.rec("vllm_generation_tokens_per_running_request", "rate")
     ttft95 = f"max without (quantile) ({c.rec('vllm_time_to_first_token_seconds', 'histogram_quantile')}{{quantile=\"0.95\"}})"
     bl = c.slo["gpu_busy_low"]
     pc = c.slo["prefix_cache"]
@@ -45,13 +46,13 @@ def alerts(c: Ctx) -> List[Alert]:
               "Requests are running but no token has been produced for minutes. The engine is hung "
               "(a stuck collective, a dead worker, a deadlocked scheduler); clients are waiting forever."),
         Alert("VLLMReplicaOutlier",
-              f"(\n  label_replace(\n    {tok}\n    < on ({svc}) group_left ()\n"
-              f"    ({ol['throughput_factor']} * quantile by ({svc}) (0.5, {tok}))\n"
-              f"    and on ({by}) {c.rec('vllm_requests_running', 'sum')} > 0,\n    \"signal\", \"throughput\", \"\", \"\"\n  )\n"
+              f"(\n  label_replace(\n    {speed}\n    < on ({svc}) group_left ()\n"
+              f"    ({ol['throughput_factor']} * quantile by ({svc}) (0.5, {speed})),\n"
+              f"    \"signal\", \"throughput\", \"\", \"\"\n  )\n"
               f"  or\n  label_replace(\n    {ttft95}\n    > on ({svc}) group_left ()\n"
               f"    ({ol['ttft_factor']} * quantile by ({svc}) (0.5, {ttft95})),\n"
               f"    \"signal\", \"ttft\", \"\", \"\"\n  )\n)\n"
-              f"and on ({svc})\ncount by ({svc}) ({tok}) >= {ol['min_replicas']}",
+              f"and on ({svc})\ncount by ({svc}) ({speed}) >= {ol['min_replicas']}",
               "warning",
               f"{who} behaves unlike its peers ({{{{ $labels.signal }}}})",
               "This replica's {{ $labels.signal }} ({{ $value | humanize }}) is far from the median of the other "
