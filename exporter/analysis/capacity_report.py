@@ -32,7 +32,9 @@ def _pct(v: Optional[float], signed: bool = False) -> str:
 def _s(v: Optional[float]) -> str:
     if v is None:
         return "-"
-    return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
+    if v < 1:
+        return f"{v * 1000:.3g} ms"
+    return f"{v:.3g} s" if v < 1000 else f"{v:,.0f} s"
 
 
 def _date(ms: Optional[int]) -> str:
@@ -204,6 +206,7 @@ def render_png(r: CapacityReport, path: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
     o = r.objectives
     rows = max(len(r.models), 1)
@@ -221,13 +224,18 @@ def render_png(r: CapacityReport, path: str) -> None:
             bins = [b for b in m.curve if getattr(b, attr) is not None]
             ax.plot([b.tokens_per_second for b in bins], [getattr(b, attr) for b in bins], "o-", color="black",
                     label="median per load bin")
-            ax.axhline(objective, color="tab:orange", linestyle="--", label=f"objective {objective:g} s")
+            top = float(np.nanmax(y)) if np.isfinite(y).any() else objective
+            note = ""
+            if objective <= 3 * top:
+                ax.axhline(objective, color="tab:orange", linestyle="--", label=f"objective {objective:g} s")
+            else:  # far above everything measured: drawn, it would flatten the curve
+                note = f"\n(objective {objective:g} s: off the chart)"
             if m.sustainable.tokens_per_second:
                 ax.axvline(m.sustainable.tokens_per_second, color="tab:blue", linestyle=":",
                            label=f"sustainable {_n(m.sustainable.tokens_per_second)} tokens/s")
             ax.set_xlabel("generation tokens/s per replica")
             ax.set_ylabel(title)
-            ax.set_title(f"{model_title(m)}: {title.split(' (')[0]}", fontsize=10)
+            ax.set_title(f"{model_title(m)}: {title.split(' (')[0]}{note}", fontsize=10)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7, loc="upper left")
     if not r.models:
