@@ -282,9 +282,14 @@ def selectors(opts: Options) -> Tuple[List[Tuple[str, int]], List[str]]:
 
     c = _ctx(opts)
     groups, _ = rule_groups(c)
+    # the rules run from the start, the whole-range figures once at the end
+    by_rules, recorded = raw_selectors(groups, [], opts.lookback_ms)
     extra = [parse(e) for e in list(range_exprs(c, opts.end_ms - opts.start_ms).values())]
-    need, recorded = raw_selectors(groups, extra, opts.lookback_ms)
-    return [(sel, opts.start_ms - ms) for sel, ms in sorted(need.items())], recorded
+    at_end, _ = raw_selectors([], extra, opts.lookback_ms)
+    frm = {sel: opts.start_ms - ms for sel, ms in by_rules.items()}
+    for sel, ms in at_end.items():
+        frm[sel] = min(frm.get(sel, opts.end_ms), opts.end_ms - ms)
+    return sorted(frm.items()), recorded
 
 
 # -- the pieces (pure, each tested on its own) --------------------------------------------------------
