@@ -27,7 +27,6 @@ import pytest
 import requests
 import yaml
 
-from conftest import ROOT
 from exporter.analysis import capacity as cap
 from exporter.analysis import capacity_report as rep
 from exporter.analysis.sources import load_openmetrics

@@ -11,7 +11,6 @@ a configuration that costs latency.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import socket
 import subprocess

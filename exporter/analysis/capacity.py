@@ -37,7 +37,7 @@ from ..pack.recording import capacity as capacity_family, capacity_names, record
 from .promql.ast import VectorSelector, walk
 from .promql.durations import format_duration
 from .promql.engine import DEFAULT_LOOKBACK_MS, Evaluator
-from .promql.labels import NAME, Labels, drop_name, keep
+from .promql.labels import Labels, drop_name, keep
 from .promql.parser import parse
 from .promql.vector import EvalError, Vec
 from .rulefile import Group, groups_from_data

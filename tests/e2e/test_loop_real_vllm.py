@@ -14,12 +14,13 @@ One setup serves both tests (a module fixture), about four minutes on 2 shared c
   TTFT p95 over the step's last 18 s), puts the TTFT objective at the geometric middle of the
   largest jump, and the right answer is the throughput of the step below the jump;
 - the benchmark: ``vllm bench serve`` (60 random 256-token prompts, 64 output tokens, Poisson at
-  8 req/s, seed 1) six times, alternating: A, A, B, A, A, B. At 8 req/s B (one request at a time,
+  8 req/s, seed 1) eight times, alternating: A, A, B, A, A, B, A, B. At 8 req/s B (one request at a time,
   about 4 req/s at most here) queues: request throughput drops by ~40 % and TTFT grows by 10x or
   more. Identical runs of A differed here by up to 8 % in throughput but 4x in median TTFT (other
   engineers' jobs share the 2 cores), so the same-configuration check gates on what this machine
   can measure reliably: the throughputs and the failed share, at the default 10 % threshold with
-  two alternated runs a side. With every figure gated the costly candidate fails as well.
+  alternated runs (three baseline, two of the same configuration, three candidate). With every
+  figure gated the costly candidate fails as well.
 
 Everything started here is stopped (vLLM by its process group) also when a test fails.
 """
@@ -50,7 +51,7 @@ SIDECAR_SLO = "windows: {rate: 10s, sidecar: 10s, sustain: 10s}\n"
 BENCH = ["--backend", "vllm", "--model", MODEL, "--dataset-name", "random", "--random-input-len", "256",
          "--random-output-len", "64", "--num-prompts", "60", "--request-rate", "8", "--seed", "1", "--ignore-eos",
          "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,95,99", "--save-result"]
-ORDER = ("A1", "A2", "B1", "A3", "A4", "B2")  # A1, A3 the baseline; A2, A4 the same again; B1, B2 the candidate
+ORDER = ("A1", "A2", "B1", "A3", "A4", "B2", "A5", "B3")  # A1 A3 A5 baseline, A2 A4 the same again, B1-3 candidate
 ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -322,7 +323,8 @@ def test_gate_fails_the_costly_candidate_and_passes_the_same_configuration(loop,
     prom = loop["stack"].prom_url
     sides = ["--baseline-selector", 'namespace="e2e"', "--candidate-selector", 'namespace="e2e-candidate"']
     # 1. every figure, the default rule, the sidecar's signals from Prometheus over the files' time ranges
-    rc, out, err = _cli(capsys, "gate", "--baseline", f["A1"], f["A3"], "--candidate", f["B1"], f["B2"],
+    base, cand = [f["A1"], f["A3"], f["A5"]], [f["B1"], f["B2"], f["B3"]]
+    rc, out, err = _cli(capsys, "gate", "--baseline", *base, "--candidate", *cand,
                         "--prometheus-url", prom, *sides, "--json", "-",
                         "--markdown", str(loop["work"] / "gate.md"))
     doc = json.loads(out)
@@ -343,12 +345,12 @@ def test_gate_fails_the_costly_candidate_and_passes_the_same_configuration(loop,
 
     # 2. the figures this shared machine measures reliably: the same configuration passes ...
     robust = ["--figures", "*_throughput,failed_ratio"]
-    rc, out, err = _cli(capsys, "gate", "--baseline", f["A1"], f["A3"], "--candidate", f["A2"], f["A4"], *robust)
+    rc, out, err = _cli(capsys, "gate", "--baseline", *base, "--candidate", f["A2"], f["A4"], *robust)
     _note(loop, "gate_same", {"rc": rc, "table": out})
     assert rc == 0, out + err
     assert out.startswith("gate: PASS")
     # ... and the same settings fail the costly candidate
-    rc, out, err = _cli(capsys, "gate", "--baseline", f["A1"], f["A3"], "--candidate", f["B1"], f["B2"], *robust)
+    rc, out, err = _cli(capsys, "gate", "--baseline", *base, "--candidate", *cand, *robust)
     assert rc == 1 and "request throughput" in err, out + err
 
     # 3. the same comparison from Prometheus alone: the runs' time ranges
@@ -358,8 +360,8 @@ def test_gate_fails_the_costly_candidate_and_passes_the_same_configuration(loop,
         return f"{end - d['duration']:.3f}/{end:.3f}"
 
     rc, out, err = _cli(capsys, "gate", "--prometheus-url", prom, *sides, "--json", "-",
-                        "--baseline-range", rng("A1"), "--baseline-range", rng("A3"),
-                        "--candidate-range", rng("B1"), "--candidate-range", rng("B2"))
+                        *[x for n in ("A1", "A3", "A5") for x in ("--baseline-range", rng(n))],
+                        *[x for n in ("B1", "B2", "B3") for x in ("--candidate-range", rng(n))])
     doc = json.loads(out)
     figures = {r["key"]: r for r in doc["figures"]}
     _note(loop, "gate_ranges", {"rc": rc, "figures": {k: (r["baseline_median"], r["candidate_median"], r["verdict"])
