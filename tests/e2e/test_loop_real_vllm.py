@@ -2,21 +2,22 @@
 answer is measured, and ``gate`` failing a configuration that really costs latency while passing
 the same configuration run again.
 
-One setup serves both tests (a module fixture), about four minutes on 2 shared cores:
+One setup serves both tests (a module fixture), about five minutes on 2 shared cores:
 
 - two vLLM servers start together (an idle vLLM costs about 1 % of a core): **A**, the
   end-to-end test's configuration (``--max-num-seqs 16``), and **B**, the same but
   ``--max-num-seqs 1``; each with the real sidecar beside it, a real Prometheus scraping all
   four every second; B carries another namespace label, as a second deployment would;
 - the ramp: closed-loop clients against A, 2, then 8, then 24 at a time, 30 s each. Beyond 16
-  requests at once A queues, so TTFT p95 jumps at the last step (seen here: ~60 ms at 8, ~0.5 s at
-  24) while tokens/s still grow. The test measures each step with Prometheus itself (tokens/s and
+  requests at once A queues, so TTFT p95 jumps at the last step (seen here: 50-85 ms at 8,
+  0.25-0.5 s at 24) while tokens/s still grow. The test measures each step with Prometheus itself (tokens/s and
   TTFT p95 over the step's last 18 s), puts the TTFT objective at the geometric middle of the
   largest jump, and the right answer is the throughput of the step below the jump;
 - the benchmark: ``vllm bench serve`` (60 random 256-token prompts, 64 output tokens, Poisson at
-  8 req/s, seed 1) eight times, alternating: A, A, B, A, A, B, A, B. At 8 req/s B (one request at a time,
-  about 4 req/s at most here) queues: request throughput drops by ~40 % and TTFT grows by 10x or
-  more. Identical runs of A differed here by up to 8 % in throughput but 4x in median TTFT (other
+  10 req/s, seed 1) eight times, alternating: A, A, B, A, A, B, A, B. B (one request at a time)
+  serves 4 to 6 req/s here depending on what else runs, so at 10 req/s it always queues: request
+  throughput drops by a third or more and TTFT grows several times. Identical runs of A differed
+  here by up to 9 % in throughput but 4x in median TTFT (other
   engineers' jobs share the 2 cores), so the same-configuration check gates on what this machine
   can measure reliably: the throughputs and the failed share, at the default 10 % threshold with
   alternated runs (three baseline, two of the same configuration, three candidate). With every
@@ -49,7 +50,7 @@ INTERIOR_S = 18              # measured over the last 18 s of a step (rate windo
 RAMP = (2, 8, 24)            # clients at once
 SIDECAR_SLO = "windows: {rate: 10s, sidecar: 10s, sustain: 10s}\n"
 BENCH = ["--backend", "vllm", "--model", MODEL, "--dataset-name", "random", "--random-input-len", "256",
-         "--random-output-len", "64", "--num-prompts", "60", "--request-rate", "8", "--seed", "1", "--ignore-eos",
+         "--random-output-len", "64", "--num-prompts", "60", "--request-rate", "10", "--seed", "1", "--ignore-eos",
          "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,95,99", "--save-result"]
 ORDER = ("A1", "A2", "B1", "A3", "A4", "B2", "A5", "B3")  # A1 A3 A5 baseline, A2 A4 the same again, B1-3 candidate
 ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -335,7 +336,7 @@ def test_gate_fails_the_costly_candidate_and_passes_the_same_configuration(loop,
     assert rc == 1 and doc["verdict"] == "fail", info
     for key in ("request_throughput", "output_throughput", "mean_ttft_ms", "mean_e2el_ms"):
         assert figures[key]["verdict"] == "regressed", (key, info)
-    assert figures["mean_ttft_ms"]["candidate_median"] > 5 * figures["mean_ttft_ms"]["baseline_median"], info
+    assert figures["mean_ttft_ms"]["candidate_median"] > 2 * figures["mean_ttft_ms"]["baseline_median"], info
     sig = doc["signals"]
     assert sig["candidate"]["running_max"] == 1 and sig["baseline"]["running_max"] > 1, sig
     assert sig["candidate"]["waiting_mean"] > sig["baseline"]["waiting_mean"], sig
