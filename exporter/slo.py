@@ -203,6 +203,12 @@ SCHEMA: Dict[str, Check] = {
     "stall.after": _duration,
     "gpu.fatal_xids": _int_list,
     "dashboards.cluster_label": _label_or_empty,
+    "capacity.sustain": _duration,
+    "capacity.history": _duration,
+    "capacity.peak_window": _duration,
+    "capacity.headroom": _number(0),
+    "gate.max_regression": _number(0, open_lo=True),
+    "gate.min_effect_ms": _number(0),
 }
 SECTIONS = sorted({k.split(".")[0] for k in SCHEMA if "." in k})
 

@@ -36,6 +36,8 @@ gpu_busy_low: {busy_utilization: 0.85, low_throughput_fraction: 0.35, throughput
                baseline_horizon: 4h, baseline_quantile: 0.85, baseline_min_busy: 20m}
 stall: {after: 45s}
 gpu: {fatal_xids: [31, 43]}
+capacity: {sustain: 7m, history: 9d, peak_window: 5h, headroom: 0.35}
+gate: {max_regression: 0.15, min_effect_ms: 3}
 """
 
 # constants that are not SLO values: quantile labels and the median of the outlier rule

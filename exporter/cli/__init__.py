@@ -1,7 +1,7 @@
 """The command line: the front door above the wings. ``vllm-sidecar-exporter [flags]`` runs the
-sidecar; subcommands ``demo``, ``top``, ``rules``, ``dashboards`` and ``backtest``. Each subcommand's module parses its
-flags and calls into a wing; no wing imports this package. A bad flag or configuration value
-exits 2 with one line that names the problem."""
+sidecar; subcommands ``demo``, ``top``, ``rules``, ``dashboards``, ``backtest``, ``capacity`` and
+``gate``. Each subcommand's module parses its flags and calls into a wing; no wing imports this
+package. A bad flag or configuration value exits 2 with one line that names the problem."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence
 
 
 def _subcommands() -> Dict[str, Callable[[Sequence[str], Mapping[str, str]], int]]:
-    from . import backtest, demo, pack, serve, top
+    from . import backtest, capacity, demo, gate, pack, serve, top
 
     return {
         "serve": serve.main,
@@ -20,6 +20,8 @@ def _subcommands() -> Dict[str, Callable[[Sequence[str], Mapping[str, str]], int
         "rules": pack.rules_main,
         "dashboards": pack.dashboards_main,
         "backtest": backtest.main,
+        "capacity": capacity.main,
+        "gate": gate.main,
     }
 
 

@@ -236,7 +236,51 @@ def availability(c: Ctx) -> List[Recording]:
     return out
 
 
-FAMILIES = (throughput, kv_and_queue, prompts_and_cache, latency, per_model, fleet_normal, availability)
+def capacity_names(c: Ctx) -> Dict[str, str]:
+    """The names of the capacity family's rules (``capacity`` below), for the dashboards and for
+    ``vllm-sidecar-exporter capacity``, which evaluates the same rules over history."""
+    cap = c.slo["capacity"]
+    return {
+        "within": c.rec("vllm_generation_tokens_within_slo", "rate"),
+        "sustained": c.rec("vllm_generation_tokens_within_slo", "min_over_time" + cap["sustain"]),
+        "sustainable": c.mrec("vllm_generation_tokens_sustainable_per_replica", "max_over_time" + cap["history"]),
+        "peak": c.mrec("vllm_generation_tokens", "max_over_time" + cap["peak_window"]),
+        "capacity": c.mrec("vllm_generation_tokens_capacity", "sum"),
+        "headroom": c.mrec("vllm_generation_tokens_headroom", "ratio"),
+    }
+
+
+def capacity(c: Ctx) -> List[Recording]:
+    """Capacity headroom, watched: the generation throughput one replica sustains within every
+    latency objective (the three latency alerts' conditions, all false) held for
+    ``capacity.sustain``, its best over ``capacity.history`` across the model's replicas, times
+    the replicas serving now, against the model's peak over ``capacity.peak_window``."""
+    by, svc, o = c.by, c.svc, c.slo["objectives"]
+    n = capacity_names(c)
+    gen = c.rec("vllm_generation_tokens", "rate")
+    ttft = c.rec("vllm_time_to_first_token_seconds", "histogram_quantile")
+    return [
+        # tokens/s of a replica at an evaluation where every latency objective holds, else 0
+        Recording(n["within"],
+                  f"{gen}\nand on ({by})\n({ttft}{{quantile=\"0.95\"}} <= {o['ttft_p95_seconds']})\n"
+                  f"and on ({by})\n({c.rec('vllm_time_to_first_token_seconds', 'mean')} <= {o['ttft_mean_seconds']})\n"
+                  f"and on ({by})\n({c.rec('vllm_inter_token_latency_seconds', 'mean')} <= "
+                  f"{1.0 / o['output_tokens_per_second']:.6g})\nor\n{gen} * 0"),
+        # the level held throughout the sustain window (the replica served for all of it)
+        Recording(n["sustained"],
+                  f"min_over_time({n['within']}[{c.slo['capacity']['sustain']}])\n"
+                  f"and on ({by})\n({n['within']} offset {c.slo['capacity']['sustain']})"),
+        Recording(n["sustainable"],
+                  f"max by ({svc}) (max_over_time({n['sustained']}[{c.slo['capacity']['history']}]))"),
+        Recording(n["peak"],
+                  f"max_over_time({c.mrec('vllm_generation_tokens', 'rate')}[{c.slo['capacity']['peak_window']}])"),
+        Recording(n["capacity"], f"{n['sustainable']}\n* on ({svc})\ncount by ({svc}) ({gen})"),
+        # 0.25: the replicas serving now sustain 25% more than the peak; below 0: fewer than it needs
+        Recording(n["headroom"], f"{n['capacity']}\n/ on ({svc})\n({n['peak']} > 0)\n- 1"),
+    ]
+
+
+FAMILIES = (throughput, kv_and_queue, prompts_and_cache, latency, per_model, fleet_normal, availability, capacity)
 
 
 def recording_rules(c: Ctx, families: Sequence = FAMILIES) -> List[Recording]:

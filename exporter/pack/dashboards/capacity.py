@@ -1,4 +1,5 @@
-"""Dashboard: KV cache, queue, preemptions, configured capacity and LoRA adapters per replica."""
+"""Dashboard: KV cache, queue, preemptions, capacity headroom, configured capacity and LoRA adapters per
+replica."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ NOT_APART = "vLLM 0.32 lists adapters with a request running or waiting under bo
 
 def capacity(b: Builder) -> Dict[str, Any]:
     kv = b.slo["kv_cache"]
+    cap = b.slo["capacity"]
     W = b.window
     items = [
         Row("KV cache"),
@@ -46,6 +48,16 @@ def capacity(b: Builder) -> Dict[str, Any]:
         Panel("Waiting for capacity", "Requests held back for lack of KV capacity, per replica.",
               [Target(b.replica("vllm_requests_waiting_capacity", "sum"), "{{pod}}")], unit="short", w=8,
               runbooks=("VLLMKVCacheExhausted",)),
+        Panel("Capacity headroom", f"What the replicas serving now sustain within every latency objective (the best "
+              f"generation tokens/s any replica held for {cap['sustain']} with TTFT p95, TTFT mean and inter-token "
+              f"latency all within their objectives, over the last {cap['history']}, times the replicas) against the "
+              f"model's peak over the last {cap['peak_window']}, minus 1. Below 0: the peak needs more than the "
+              f"replicas sustain; below the amber line: less than the planned {cap['headroom']:.0%} headroom. "
+              f"`vllm-sidecar-exporter capacity` reports the same figure with the load-latency curve behind it.",
+              [Target(b.model("vllm_generation_tokens_headroom", "ratio"), "{{namespace}} {{model_name}}",
+                      empty_ok="only before any replica met every objective for the sustain window under load")],
+              unit="percentunit", w=24, h=7, base_color="red",
+              thresholds=((0, "orange"), (cap["headroom"], "green")), threshold_style="line"),
         Row("Configured capacity"),
         Panel("KV capacity", "KV-cache size in tokens and blocks, block size and memory share, from "
               "vllm:cache_config_info (labels of an info metric).",

@@ -1,0 +1,246 @@
+"""Writing a ``CapacityReport``: Markdown for the capacity review (the model the user used to fill
+in by hand, each number with where it comes from), JSON for machines, and a PNG of the
+load-latency curve with the objectives and the sustainable throughput marked.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional
+
+from .capacity import CapacityReport, ModelCapacity, Trend
+from .report import fmt_span, fmt_time
+
+
+def _n(v: Optional[float], digits: int = 3) -> str:
+    """A number for people: thousands separators for big ones, ``digits`` significant ones for small."""
+    if v is None:
+        return "-"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    return f"{v:.{digits}g}"
+
+
+def _pct(v: Optional[float], signed: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{v:+.0%}" if signed else f"{v:.0%}"
+
+
+def _s(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    if v < 1:
+        return f"{v * 1000:.3g} ms"
+    return f"{v:.3g} s" if v < 1000 else f"{v:,.0f} s"
+
+
+def _date(ms: Optional[int]) -> str:
+    return "open" if ms is None else fmt_time(ms)[:10]
+
+
+def model_title(m: ModelCapacity) -> str:
+    rest = ", ".join(f"{k}={v}" for k, v in sorted(m.labels.items()) if k != "model_name")
+    return f"{m.name}" + (f" ({rest})" if rest else "")
+
+
+def trend_text(t: Trend, capacity_qps: Optional[float]) -> str:
+    if t.status == "too-few":
+        return f"not enough history: {t.note}"
+    ci = f"{t.confidence:.0%} CI {t.slope_low:+.3g} … {t.slope_high:+.3g}"
+    head = f"daily peak {t.slope_per_day:+.3g} req/s per day ({ci}, {len(t.peaks)} periods)"
+    if t.status == "no-trend":
+        return f"no trend: {head}; {t.note}"
+    if t.crosses_at_ms is None:
+        return f"{t.status}: {head}; {t.note}"
+    when = f"reaches the capacity ({_n(capacity_qps)} req/s) around {_date(t.crosses_at_ms)} " \
+           f"({t.confidence:.0%}: {_date(t.crosses_earliest_ms)} … {_date(t.crosses_latest_ms)})"
+    return f"{t.status}: {head}; the trend {when}" + (f"; {t.note}" if t.note else "")
+
+
+def _replicas(n: int) -> str:
+    return f"{n} replica{'' if n == 1 else 's'}"
+
+
+def verdict_text(m: ModelCapacity) -> str:
+    tg = m.target
+    if tg is None:
+        return "no target: no request rate in the range and no --target-qps"
+    if tg.enough is None:
+        return "unknown: no replica met every objective under load, so what one sustains is not known"
+    lower = m.sustainable.bound == "lower"
+    if tg.enough:
+        word = "ENOUGH" + (" (at least: the replicas never reached their limit)" if lower else "")
+        return f"{word}: capacity {_n(tg.capacity_qps)} req/s with {_replicas(tg.replicas_now)}, " \
+               f"{_pct(tg.margin, True)} against the target; {_replicas(tg.replicas_now - tg.replicas_needed)} to spare"
+    short = tg.replicas_needed - tg.replicas_now
+    return f"NOT ENOUGH: capacity {_n(tg.capacity_qps)} req/s with {_replicas(tg.replicas_now)}, " \
+           f"{_pct(tg.margin, True)} against the target; {_replicas(short)} short" + \
+           (" (at most: the replicas never reached their limit, they may sustain more)" if lower else "")
+
+
+def markdown(r: CapacityReport) -> str:
+    o = r.objectives
+    objs = f"TTFT p95 ≤ {_s(o.ttft_p95_seconds)}, TTFT mean ≤ {_s(o.ttft_mean_seconds)}, " \
+           f"inter-token latency mean ≤ {_s(o.itl_mean_seconds)}"
+    out: List[str] = [
+        f"# Capacity model, {fmt_time(r.start_ms)} … {fmt_time(r.end_ms)}",
+        "",
+        f"From vLLM's own series over {fmt_span(r.end_ms - r.start_ms)} (the pack's recording rules evaluated every "
+        f"{fmt_span(r.step_ms)}). Objectives from the SLO file: {objs}. A replica's throughput counts as sustainable "
+        f"when every objective held for {r.settings['sustain']} at that load.",
+    ]
+    for note in r.notes:
+        out += ["", f"Note: {note}"]
+    for m in r.models:
+        s, tg = m.sustainable, m.target
+        out += ["", f"## {model_title(m)}", "", "| figure | value | from |", "| --- | --- | --- |"]
+        pk = m.peak_qps
+        out.append(f"| peak request rate | {_n(pk.value) if pk else '-'} req/s"
+                   f"{' at ' + fmt_time(pk.at_ms) if pk else ''} | finished requests per second over the rate "
+                   f"window (`{r.rule_names.get('qps', 'vllm:request_success_total')}`), highest in the range |")
+        pt = m.peak_tokens_per_second
+        out.append(f"| peak generation throughput | {_n(pt.value) if pt else '-'} tokens/s | all replicas, highest in "
+                   f"the range |")
+        for what, d in (("prompt tokens", m.prompt_tokens), ("output tokens", m.output_tokens)):
+            hist = "request_prompt_tokens" if what.startswith("prompt") else "request_generation_tokens"
+            out.append(f"| {what} per request | mean {_n(d.mean)}, p50 {_n(d.p50)}, p95 {_n(d.p95)} | "
+                       f"`vllm:{hist}` over the whole range (quantiles interpolated in vLLM's buckets) |")
+        out.append(f"| prefix-cache hit ratio | {_pct(m.prefix_cache_hit_ratio)} | hit over queried tokens, whole range |")
+        out.append(f"| speculative decoding acceptance | "
+                   f"{_pct(m.spec_decode_acceptance) if m.spec_decode_acceptance is not None else 'not in use'} | "
+                   f"accepted over drafted tokens, whole range |")
+        out.append(f"| replicas serving now | {m.replicas_now} | at the end of the range |")
+        if s.tokens_per_second is None:
+            sus = "unknown: no replica met every objective for the sustain window under load"
+        else:
+            who = ", ".join(f"{k}={v}" for k, v in sorted(s.replica.items()) if k != "model_name")
+            sus = f"{_n(s.tokens_per_second)} tokens/s ({who}, {fmt_time(s.at_ms)}); " + \
+                  ("objectives missed just above it" if s.bound == "observed"
+                   else "a lower bound: no objective was missed at or above 90% of it")
+        out.append(f"| sustainable generation per replica | {sus} | highest tokens/s held {r.settings['sustain']} "
+                   f"within every objective (best single step: {_n(s.instantaneous_max)}); the curve below |")
+        if m.capacity_tokens_per_second is not None:
+            out.append(f"| capacity now | {m.replicas_now} × {_n(s.tokens_per_second)} = "
+                       f"{_n(m.capacity_tokens_per_second)} tokens/s ≈ {_n(m.capacity_qps)} req/s | "
+                       f"at {_n(m.output_tokens.mean)} output tokens per request |")
+        if tg is not None:
+            src = "given" if tg.source == "given" else \
+                f"peak {_n(m.peak_qps.value)} req/s + {r.settings['headroom']:.0%} headroom"
+            out.append(f"| target | {_n(tg.qps)} req/s | {src} |")
+            if tg.replicas_needed is not None:
+                out.append(f"| replicas needed | {tg.replicas_needed} | ⌈{_n(tg.qps)} req/s × "
+                           f"{_n(m.output_tokens.mean)} tokens / {_n(s.tokens_per_second)} tokens/s⌉ |")
+        out.append(f"| verdict | {verdict_text(m)} | |")
+        out.append(f"| trend | {trend_text(m.trend, m.capacity_qps)} | daily peaks of the request rate, "
+                   f"least squares |")
+        h = m.rules_at_end.get("headroom")
+        out.append(f"| headroom (dashboard) | {_pct(h, True)} | `{r.rule_names['headroom']}` at the end: "
+                   f"sustainable × replicas against the peak over {r.settings['peak_window']} |")
+        if m.curve:
+            out += ["", "Load–latency curve (every replica at every step with traffic, binned by its tokens/s; "
+                        "medians):", "",
+                    "| tokens/s per replica | steps | TTFT p95 | TTFT mean | ITL mean | objectives met |",
+                    "| --- | --- | --- | --- | --- | --- |"]
+            for b in m.curve:
+                out.append(f"| {_n(b.lo)} … {_n(b.hi)} (median {_n(b.tokens_per_second)}) | {b.points} | "
+                           f"{_s(b.ttft_p95)} | {_s(b.ttft_mean)} | {_s(b.itl_mean)} | {_pct(b.within_share)} |")
+        if m.trend.peaks:
+            out += ["", "Periodic peaks: " + ", ".join(f"{fmt_time(p.start_ms)[:10]} {_n(p.value)}"
+                                                       for p in m.trend.peaks)]
+    return "\n".join(out) + "\n"
+
+
+def _opt_time(ms: Optional[int]) -> Optional[str]:
+    return None if ms is None else fmt_time(ms)
+
+
+def to_dict(r: CapacityReport) -> Dict[str, Any]:
+    o = r.objectives
+    models = []
+    for m in r.models:
+        s, t, tg = m.sustainable, m.trend, m.target
+        models.append({
+            "labels": m.labels,
+            "peak_qps": None if m.peak_qps is None else {"value": m.peak_qps.value, "at": fmt_time(m.peak_qps.at_ms)},
+            "peak_tokens_per_second": None if m.peak_tokens_per_second is None else
+            {"value": m.peak_tokens_per_second.value, "at": fmt_time(m.peak_tokens_per_second.at_ms)},
+            "prompt_tokens": vars(m.prompt_tokens), "output_tokens": vars(m.output_tokens),
+            "prefix_cache_hit_ratio": m.prefix_cache_hit_ratio,
+            "spec_decode_acceptance": m.spec_decode_acceptance,
+            "replicas_now": m.replicas_now,
+            "sustainable": {"tokens_per_second": s.tokens_per_second, "at": _opt_time(s.at_ms), "replica": s.replica,
+                            "instantaneous_max": s.instantaneous_max, "bound": s.bound,
+                            "missed_near_limit_steps": s.missed_near_limit},
+            "capacity": {"tokens_per_second": m.capacity_tokens_per_second, "qps": m.capacity_qps},
+            "target": None if tg is None else {
+                "qps": tg.qps, "source": tg.source, "replicas_now": tg.replicas_now,
+                "replicas_needed": tg.replicas_needed, "capacity_qps": tg.capacity_qps, "margin": tg.margin,
+                "enough": tg.enough, "verdict": verdict_text(m)},
+            "trend": {"status": t.status, "period_seconds": t.period_ms / 1000, "confidence": t.confidence,
+                      "slope_qps_per_day": t.slope_per_day, "slope_low": t.slope_low, "slope_high": t.slope_high,
+                      "level_now": t.level_now, "crosses_capacity_at": _opt_time(t.crosses_at_ms),
+                      "crosses_earliest": _opt_time(t.crosses_earliest_ms),
+                      "crosses_latest": _opt_time(t.crosses_latest_ms), "note": t.note,
+                      "peaks": [{"period_start": fmt_time(p.start_ms), "qps": p.value, "at": fmt_time(p.at_ms)}
+                                for p in t.peaks]},
+            "curve": [vars(b) for b in m.curve],
+            "points": int(len(m.points.tokens_per_second)),
+            "recording_rules_at_end": {r.rule_names[k]: v for k, v in m.rules_at_end.items()},
+        })
+    return {"start": fmt_time(r.start_ms), "end": fmt_time(r.end_ms), "step_seconds": r.step_ms / 1000,
+            "objectives": vars(o), "settings": r.settings, "models": models, "notes": list(r.notes)}
+
+
+def to_json(r: CapacityReport) -> str:
+    return json.dumps(to_dict(r), indent=2) + "\n"
+
+
+def render_png(r: CapacityReport, path: str) -> None:
+    """One row per model: TTFT p95, TTFT mean and ITL mean against tokens/s per replica, each
+    point coloured by whether every objective held, the bins' medians, the objective as a
+    horizontal line and the sustainable throughput as a vertical one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    o = r.objectives
+    rows = max(len(r.models), 1)
+    fig, axes = plt.subplots(rows, 3, figsize=(15, 4.2 * rows), squeeze=False)
+    panels = (("TTFT p95 (s)", "ttft_p95", o.ttft_p95_seconds), ("TTFT mean (s)", "ttft_mean", o.ttft_mean_seconds),
+              ("inter-token latency mean (s)", "itl_mean", o.itl_mean_seconds))
+    for row, m in zip(axes, r.models):
+        p = m.points
+        for ax, (title, attr, objective) in zip(row, panels):
+            y = getattr(p, attr)
+            ax.scatter(p.tokens_per_second[p.within], y[p.within], s=6, alpha=0.35, color="tab:green",
+                       label="every objective met")
+            ax.scatter(p.tokens_per_second[~p.within], y[~p.within], s=6, alpha=0.35, color="tab:red",
+                       label="an objective missed")
+            bins = [b for b in m.curve if getattr(b, attr) is not None]
+            ax.plot([b.tokens_per_second for b in bins], [getattr(b, attr) for b in bins], "o-", color="black",
+                    label="median per load bin")
+            top = float(np.nanmax(y)) if np.isfinite(y).any() else objective
+            note = ""
+            if objective <= 3 * top:
+                ax.axhline(objective, color="tab:orange", linestyle="--", label=f"objective {objective:g} s")
+            else:  # far above everything measured: drawn, it would flatten the curve
+                note = f"\n(objective {objective:g} s: off the chart)"
+            if m.sustainable.tokens_per_second:
+                ax.axvline(m.sustainable.tokens_per_second, color="tab:blue", linestyle=":",
+                           label=f"sustainable {_n(m.sustainable.tokens_per_second)} tokens/s")
+            ax.set_xlabel("generation tokens/s per replica")
+            ax.set_ylabel(title)
+            ax.set_title(f"{model_title(m)}: {title.split(' (')[0]}{note}", fontsize=10)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="upper left")
+    if not r.models:
+        axes[0][0].text(0.5, 0.5, "no data", ha="center")
+    fig.suptitle(f"load–latency curve, {fmt_time(r.start_ms)} … {fmt_time(r.end_ms)}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

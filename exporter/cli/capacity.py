@@ -1,0 +1,150 @@
+"""``capacity``: the capacity model filled from history (a Prometheus server or a recorded file):
+peak request rate, token distributions, cache and speculative-decoding ratios, what one replica
+sustains within the SLO (with the load-latency curve), replicas needed for a target and the trend
+of the peaks. Flags and output files live here; the work is ``exporter.analysis.capacity``.
+
+Exit status: 0 done; 1 with ``--fail-when-short`` when a model's replicas are not enough for the
+target; 2 bad flags or input, one line on stderr.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from typing import Callable, Mapping, Sequence
+
+from ..errors import ConfigError
+from .backtest import _duration, parse_time
+from .parsing import PROG, OneLineParser, fail
+
+SUB = "capacity"
+
+
+def _parser() -> OneLineParser:
+    p = OneLineParser(prog=f"{PROG} {SUB}",
+                      description="Fill the capacity model from history: peak request rate, token distributions, "
+                                  "prefix-cache and speculative-decoding ratios, the generation throughput one replica "
+                                  "sustains within the SLO's latency objectives, replicas needed for a target and the "
+                                  "trend of the daily peaks.")
+    src = p.add_argument_group("history (one of)")
+    src.add_argument("--prometheus-url", metavar="URL", help="read vLLM's raw series from this Prometheus")
+    src.add_argument("--file", metavar="FILE", help="recorded series: OpenMetrics with timestamps ending in '# EOF' "
+                                                     "(gzip allowed), or a promtool unit-test file")
+    when = p.add_argument_group("range")
+    when.add_argument("--start", metavar="TIME", help="RFC 3339 or unix seconds; default: capacity.history (SLO) "
+                                                      "before --end")
+    when.add_argument("--end", metavar="TIME", help="default: now (a file: its last sample)")
+    when.add_argument("--step", metavar="DURATION", default="1m",
+                      help="evaluation step of the recording rules (default 1m)")
+    model = p.add_argument_group("model")
+    model.add_argument("--slo", metavar="FILE", help="the SLO file (objectives, rate window, capacity settings); "
+                                                     "default: the built-in one")
+    model.add_argument("--model", metavar="NAME", help="only this model_name (default: every model)")
+    model.add_argument("--target-qps", metavar="QPS", type=float,
+                       help="the request rate to plan for (default: the observed peak plus --headroom)")
+    model.add_argument("--headroom", metavar="SHARE", type=float,
+                       help="headroom over the peak when no --target-qps is given (default: SLO capacity.headroom)")
+    model.add_argument("--trend-period", metavar="DURATION", default="1d",
+                       help="the period whose peaks the trend is fitted to (default 1d: daily peaks, UTC days)")
+    model.add_argument("--confidence", metavar="LEVEL", type=float, default=0.95,
+                       help="confidence level of the trend's intervals (default 0.95)")
+    out = p.add_argument_group("output")
+    out.add_argument("--markdown", metavar="FILE", help="write the Markdown report to FILE too")
+    out.add_argument("--json", metavar="FILE", help="write the report as JSON to FILE ('-': stdout, instead of Markdown)")
+    out.add_argument("--png", metavar="FILE", help="draw the load-latency curve with the objectives (needs matplotlib)")
+    out.add_argument("--fail-when-short", action="store_true",
+                     help="exit 1 when the replicas serving now are not enough for the target")
+    return p
+
+
+def _write(path: str, text: str, flag: str) -> None:
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: {exc.strerror}") from None
+
+
+def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] = time.time) -> int:
+    ns = _parser().parse_args(list(argv))
+    if importlib.util.find_spec("numpy") is None:
+        return fail(SUB, "the capacity model needs numpy: pip install 'vllm-sidecar-exporter[analysis]'")
+    from ..analysis import capacity as cap
+    from ..analysis import capacity_report as rep
+    from ..analysis.sources import SourceError, fetch_prometheus, load_file
+    from ..slo import load_slo, seconds
+
+    if bool(ns.file) == bool(ns.prometheus_url):
+        return fail(SUB, "give exactly one source: --prometheus-url or --file")
+    if ns.target_qps is not None and not ns.target_qps > 0:
+        return fail(SUB, "--target-qps must be positive")
+    if ns.headroom is not None and not ns.headroom >= 0:
+        return fail(SUB, "--headroom must not be negative")
+    if not 0 < ns.confidence < 1:
+        return fail(SUB, "--confidence must be between 0 and 1")
+    try:
+        slo = load_slo(ns.slo)
+        step = _duration(ns.step, "--step")
+        period = _duration(ns.trend_period, "--trend-period")
+        start = parse_time(ns.start, "--start") if ns.start else None
+        end = parse_time(ns.end, "--end") if ns.end else None
+    except (ValueError, ConfigError) as exc:
+        return fail(SUB, str(exc))
+    history_ms = int(seconds(slo["capacity"]["history"]) * 1000)
+    loaded = None
+    if ns.file:
+        try:
+            loaded = load_file(ns.file)
+        except SourceError as exc:
+            return fail(SUB, str(exc))
+        first, last = loaded.store.time_range()
+        if first is None:
+            return fail(SUB, f"{ns.file}: no samples")
+        end = end if end is not None else last
+        start = start if start is not None else max(first, end - history_ms)
+    else:
+        end = end if end is not None else int(now() * 1000)
+        start = start if start is not None else end - history_ms
+    if end <= start:
+        return fail(SUB, "--end must be after --start")
+    opts = cap.Options(slo, start, end, step, ns.target_qps, ns.headroom, period, ns.confidence, ns.model)
+    if loaded is None:
+        sels, recorded = cap.selectors(opts)
+        try:
+            loaded = fetch_prometheus(ns.prometheus_url, sels, end, drop_names=recorded)
+        except SourceError as exc:
+            return fail(SUB, str(exc))
+    t0 = time.perf_counter()
+    try:
+        report = cap.compute(loaded.store, opts)
+    except cap.CapacityError as exc:
+        return fail(SUB, str(exc))
+    try:
+        if ns.png:
+            try:
+                rep.render_png(report, ns.png)
+            except ImportError:
+                return fail(SUB, "--png needs matplotlib: pip install 'vllm-sidecar-exporter[analysis]'")
+            except OSError as exc:
+                return fail(SUB, f"--png {ns.png}: {exc.strerror}")
+        md = rep.markdown(report)
+        if ns.markdown:
+            _write(ns.markdown, md, "--markdown")
+        if ns.json:
+            _write(ns.json, rep.to_json(report), "--json")
+    except ValueError as exc:
+        return fail(SUB, str(exc))
+    if ns.json != "-" and ns.markdown != "-":
+        sys.stdout.write(md)
+    sys.stderr.write(f"{PROG} {SUB}: {len(report.models)} model(s), {(end - start) // step + 1} steps over "
+                     f"{len(loaded.store)} series in {time.perf_counter() - t0:.1f}s\n")
+    short = [m for m in report.models if m.target is not None and m.target.enough is False]
+    if ns.fail_when_short and short:
+        for m in short:
+            sys.stderr.write(f"{PROG} {SUB}: {rep.model_title(m)}: {rep.verdict_text(m)}\n")
+        return 1
+    return 0

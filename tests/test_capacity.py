@@ -1,0 +1,377 @@
+"""The capacity model: every computation against a hand-worked answer.
+
+- statistics: Student's t against the published table, a least-squares line and its slope
+  interval worked by hand, Fieller's interval for when the line reaches a level (checked against
+  the confidence band it is defined by);
+- the pieces: periodic peaks (with partial periods left out), the trend's verdicts, the curve's
+  bins, the replicas-needed arithmetic on the user's own 70B example;
+- the whole model on synthetic history whose every figure is known (``loadgen``: constant
+  phases, one histogram bucket per phase): sustainable throughput, lower bounds, short blips that
+  do not count, two replicas, distributions, cache and speculative decoding, the verdict;
+- the pack's headroom recording rules evaluated by promtool itself give what the report says;
+- the command line: Markdown, JSON, PNG, exit codes and one-line errors; a real Prometheus
+  (a TSDB backfilled with promtool) gives the same report as the file it was built from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import socket
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import requests
+import yaml
+
+from exporter.analysis import capacity as cap
+from exporter.analysis import capacity_report as rep
+from exporter.analysis.sources import load_openmetrics
+from exporter.analysis.stats import crossing, linear_fit, t_cdf, t_ppf
+from exporter.cli import main
+from exporter.slo import load_slo
+from loadgen import Phase, history, input_series
+
+DAY = cap.DAY_MS
+START_S = 1_767_225_600  # 2026-01-01T00:00:00Z
+TEST_SLO = "windows: {rate: 2m}\ncapacity: {sustain: 4m, history: 1d, peak_window: 1d, headroom: 0.2}\n"
+
+
+@pytest.fixture
+def slo(tmp_path):
+    f = tmp_path / "slo.yaml"
+    f.write_text(TEST_SLO)
+    return load_slo(str(f))
+
+
+# -- statistics ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("df,table", [(1, 12.706), (2, 4.303), (3, 3.182), (5, 2.571), (10, 2.228), (30, 2.042),
+                                      (120, 1.980)])
+def test_t_quantiles_match_the_published_table(df, table):
+    assert t_ppf(0.975, df) == pytest.approx(table, abs=5e-4)
+    assert t_cdf(t_ppf(0.975, df), df) == pytest.approx(0.975, abs=1e-9)
+    assert t_ppf(0.025, df) == pytest.approx(-table, abs=5e-4)
+
+
+def test_a_line_by_hand():
+    # x 0..4, y 1 3 2 5 4: Sxx 10, Sxy 8 -> slope 0.8, intercept 1.4; residuals -0.4 0.8 -1 1.2 -0.6,
+    # SSE 3.6, s^2 = 3.6/3 = 1.2, se(slope) = sqrt(1.2/10) = 0.3464; t(0.975, 3) = 3.1824
+    f = linear_fit([0, 1, 2, 3, 4], [1, 3, 2, 5, 4])
+    assert (f.slope, f.intercept) == pytest.approx((0.8, 1.4))
+    assert f.residual_sd == pytest.approx(math.sqrt(1.2)) and f.slope_se == pytest.approx(math.sqrt(0.12))
+    lo, hi = f.slope_interval(0.95)
+    assert (lo, hi) == pytest.approx((0.8 - 3.1824 * 0.34641, 0.8 + 3.1824 * 0.34641), abs=1e-3)
+    assert not f.significant(0.95)  # the interval holds zero: no trend
+
+
+def test_fieller_interval_by_hand():
+    # x 0..3, y 10 13 14 17: slope 2.2, intercept 10.2, SSE 0.8, s^2 0.4, se 0.28284, t(0.975, 2) 4.3027.
+    # The line reaches 30 at x = 19.8 / 2.2 = 9; the band (t s sqrt(1/4 + (x - 1.5)^2 / 5)) holds 30
+    # between the roots of 3.35894 d^2 - 72.6 d + 270.39868 = 0: d = 4.7829 and 16.831, x = 6.283 .. 18.331
+    f = linear_fit([0, 1, 2, 3], [10, 13, 14, 17])
+    assert f.significant(0.95)
+    c = crossing(f, 30, 0.95)
+    assert c.estimate == pytest.approx(9.0)
+    assert c.earliest == pytest.approx(6.283, abs=2e-3) and c.latest == pytest.approx(18.331, abs=2e-3)
+    # by definition: at either end the level is exactly on the band's edge
+    assert f.at(c.earliest) + f.band(c.earliest, 0.95) == pytest.approx(30)
+    assert f.at(c.latest) - f.band(c.latest, 0.95) == pytest.approx(30)
+    # a perfect line: no uncertainty, the interval is the point
+    p = crossing(linear_fit([0, 1, 2, 3, 4], [10, 12, 14, 16, 18]), 20, 0.95)
+    assert (p.estimate, p.earliest, p.latest) == pytest.approx((5, 5, 5))
+
+
+# -- the pieces ---------------------------------------------------------------------------------------
+
+def test_periodic_peaks_leave_partial_periods_out():
+    step = 3600_000
+    times = np.arange(0, 3 * DAY + 12 * step, step, dtype=np.int64)  # three days and half of a fourth
+    values = np.array([(t // DAY + 1) * 10 + (5 if (t % DAY) == 10 * step else 0) for t in times], dtype=float)
+    values[3] = np.nan  # a gap: the day keeps 23 of 24 hours (96% >= 90%)
+    peaks = cap.period_peaks(times, values, np.isfinite(values), DAY, step)
+    assert [(p.start_ms, p.value, p.at_ms) for p in peaks] == [
+        (0, 15.0, 10 * step), (DAY, 25.0, DAY + 10 * step), (2 * DAY, 35.0, 2 * DAY + 10 * step)]
+
+
+def _peaks(values):
+    return [cap.PeriodPeak(i * DAY, v, i * DAY + 3600_000) for i, v in enumerate(values)]
+
+
+def test_trend_verdicts():
+    assert cap.trend(_peaks([10, 12]), DAY, 20, 0.95).status == "too-few"
+    flat = cap.trend(_peaks([10, 12, 9, 11]), DAY, 20, 0.95)  # Sxy = 0: slope 0
+    assert flat.status == "no-trend" and flat.slope_per_day == pytest.approx(0) and flat.crosses_at_ms is None
+    up = cap.trend(_peaks([10, 13, 14, 17]), DAY, 30, 0.95)  # the hand-worked line above, x in days
+    assert up.status == "rising" and up.slope_per_day == pytest.approx(2.2)
+    assert up.crosses_at_ms == 9 * DAY
+    assert up.crosses_earliest_ms == pytest.approx(6.283 * DAY, rel=1e-3)
+    assert up.crosses_latest_ms == pytest.approx(18.331 * DAY, rel=1e-3)
+    down = cap.trend(_peaks([17, 14, 13, 10]), DAY, 30, 0.95)
+    assert down.status == "falling" and down.crosses_at_ms is None and "no crossing" in down.note
+    above = cap.trend(_peaks([10, 12, 14, 16, 18]), DAY, 15, 0.95)
+    assert above.status == "rising" and "already above" in above.note and above.crosses_at_ms == int(2.5 * DAY)
+
+
+def test_curve_bins_by_hand():
+    x = np.array([10, 20, 30, 100, 110, 120.0])
+    p95 = np.array([1, 1, 2, 5, 6, 7.0])
+    pts = cap.Points(x, p95, p95 / 2, np.full(6, 0.01), p95 <= 3)
+    bins = cap.curve(pts, cap.Objectives(3, 10, 1), bins=4)  # width 30: (0,30] (30,60] (60,90] (90,120]
+    assert [(b.lo, b.hi, b.points, b.tokens_per_second, b.ttft_p95, b.within_share) for b in bins] == [
+        (0, 30, 3, 20, 1, 1.0), (90, 120, 3, 110, 6, 0.0)]
+    assert cap.curve(cap.Points(*(np.empty(0),) * 4, np.empty(0, bool)), cap.Objectives(3, 1, 1)) == []
+
+
+def test_replicas_needed_for_the_users_own_example():
+    # 70B on 4 TP2 replicas; each sustains 1,600 tokens/s within the SLO; 200 output tokens a request.
+    # Target 30 QPS: 30 x 200 / 1600 = 3.75 -> 4 replicas: enough, capacity 4 x 1600 / 200 = 32 QPS (+6.7%)
+    t = cap.target(30, None, 0.2, 4, 1600, 200)
+    assert (t.qps, t.source, t.replicas_needed, t.capacity_qps, t.enough) == (30, "given", 4, 32, True)
+    assert t.margin == pytest.approx(32 / 30 - 1)
+    # no target given: the observed peak, 28 QPS, plus 20% -> 33.6 x 200 / 1600 = 4.2 -> 5: one short
+    t = cap.target(None, cap.Peak(28, 0), 0.2, 4, 1600, 200)
+    assert t.qps == pytest.approx(33.6) and (t.replicas_needed, t.enough) == (5, False)
+    assert t.margin == pytest.approx(32 / 33.6 - 1)
+    # exactly on a whole number of replicas: no extra replica for rounding noise
+    assert cap.target(32, None, 0, 4, 1600, 200).replicas_needed == 4
+    # nothing sustainable known: no verdict
+    assert cap.target(30, None, 0.2, 4, None, 200).enough is None
+
+
+# -- the whole model on history with known answers ------------------------------------------------------
+
+# 20 minutes each: 100 tokens/s (TTFT 0.3 s), 200 tokens/s (0.8 s), 300 tokens/s (4 s: over every TTFT
+# objective). Rate window 2m, sustain 4m, evaluated every minute from minute 5 to minute 60.
+RAMP = [Phase(1200, 1, 0.3), Phase(1200, 2, 0.8), Phase(1200, 3, 4.0)]
+
+
+def _model(slo, replicas, end_s=3600, **kw) -> cap.ModelCapacity:
+    st = load_openmetrics(history(replicas, START_S).encode()).store
+    opts = cap.Options(slo, (START_S + 300) * 1000, (START_S + end_s) * 1000, 60_000, **kw)
+    report = cap.compute(st, opts)
+    assert len(report.models) == 1, report.notes
+    return report.models[0]
+
+
+def test_the_model_on_a_ramp(slo):
+    m = _model(slo, {"p0": RAMP})
+    assert m.labels == {"namespace": "llm", "model_name": "m"}
+    # the request rate peaks in the last phase (first full 2m window: minute 42)
+    assert m.peak_qps.value == pytest.approx(3.0) and m.peak_qps.at_ms == (START_S + 42 * 60) * 1000
+    assert m.peak_tokens_per_second.value == pytest.approx(300)
+    # one bucket each: prompts of 400 tokens in (200, 500] -> p50 200 + 0.5 x 300, p95 200 + 0.95 x 300
+    assert (m.prompt_tokens.mean, m.prompt_tokens.p50, m.prompt_tokens.p95) == pytest.approx((400, 350, 485))
+    assert (m.output_tokens.mean, m.output_tokens.p50, m.output_tokens.p95) == pytest.approx((100, 75, 97.5))
+    assert m.prefix_cache_hit_ratio == pytest.approx(0.5) and m.spec_decode_acceptance is None
+    # 200 tokens/s held 4 minutes within every objective; at 300 the TTFT objectives were missed
+    s = m.sustainable
+    assert s.tokens_per_second == pytest.approx(200) and s.bound == "observed"
+    assert s.replica == {"namespace": "llm", "pod": "p0", "model_name": "m"}
+    assert m.replicas_now == 1
+    assert (m.capacity_tokens_per_second, m.capacity_qps) == pytest.approx((200, 2.0))
+    # target: the peak 3 + 20% = 3.6 req/s x 100 tokens / 200 = 1.8 -> 2 replicas, one short
+    assert m.target.qps == pytest.approx(3.6) and (m.target.replicas_needed, m.target.enough) == (2, False)
+    # the curve: medians of the phases' bins; 300 tokens/s breaks the TTFT objectives
+    top = m.curve[-1]
+    assert top.tokens_per_second == pytest.approx(300) and top.ttft_p95 == pytest.approx(2.5 + 0.95 * 2.5)
+    assert top.within_share == 0
+    mid = next(b for b in m.curve if b.tokens_per_second == pytest.approx(200))
+    assert mid.ttft_p95 == pytest.approx(0.5 + 0.95 * 0.5) and mid.ttft_mean == pytest.approx(0.8)
+    assert mid.within_share == 1
+    # the dashboard's rules at the end say the same: 200 sustainable, 300 peak, headroom 200/300 - 1
+    assert m.rules_at_end["sustainable"] == pytest.approx(200) and m.rules_at_end["peak"] == pytest.approx(300)
+    assert m.rules_at_end["headroom"] == pytest.approx(200 / 300 - 1)
+    assert m.trend.status == "too-few"
+
+
+def test_never_pushed_to_the_limit_is_a_lower_bound(slo):
+    m = _model(slo, {"p0": RAMP[:2] + [Phase(1200, 1, 0.3)]})
+    assert m.sustainable.tokens_per_second == pytest.approx(200) and m.sustainable.bound == "lower"
+    assert "at least" in rep.verdict_text(m) or "at most" in rep.verdict_text(m)
+
+
+def test_a_blip_shorter_than_the_sustain_window_does_not_count(slo):
+    # 3 minutes at 500 tokens/s within every objective: shorter than the 4m sustain window
+    m = _model(slo, {"p0": [Phase(1200, 1, 0.3), Phase(1200, 2, 0.8), Phase(180, 5, 0.8), Phase(1020, 2, 0.8)]})
+    assert m.sustainable.tokens_per_second == pytest.approx(200)
+    assert m.sustainable.instantaneous_max == pytest.approx(500)
+
+
+def test_an_itl_over_its_objective_is_not_sustainable(slo):
+    # the 200 tokens/s phase generates at 25 tokens/s per request (ITL 40 ms > 1/30 s)
+    m = _model(slo, {"p0": [Phase(1200, 1, 0.3), Phase(2400, 2, 0.8, itl=0.04)]})
+    assert m.sustainable.tokens_per_second == pytest.approx(100) and m.sustainable.bound == "observed"
+
+
+def test_two_replicas_and_speculative_decoding(slo):
+    a = [Phase(3600, 2, 0.3, spec_accepted_ratio=0.7)]
+    b = [Phase(2400, 1, 0.3, spec_accepted_ratio=0.7), Phase(1200, 3, 0.3, spec_accepted_ratio=0.7)]
+    m = _model(slo, {"p0": a, "p1": b}, target_qps=10)
+    assert m.replicas_now == 2 and m.spec_decode_acceptance == pytest.approx(0.7)
+    # the best replica: p1 held 300 tokens/s within every objective
+    assert m.sustainable.tokens_per_second == pytest.approx(300) and m.sustainable.replica["pod"] == "p1"
+    assert m.peak_qps.value == pytest.approx(5.0)
+    # 10 req/s x 100 tokens / 300 = 3.33 -> 4 replicas; 2 x 300 / 100 = 6 req/s
+    assert (m.target.source, m.target.replicas_needed, m.target.capacity_qps) == ("given", 4, pytest.approx(6))
+
+
+def test_daily_peaks_make_a_trend(slo):
+    # five days at 1 req/s with one hour a day at a peak that grows by 0.5 req/s a day
+    days = []
+    for d in range(5):
+        days += [Phase(10 * 3600, 1, 0.3), Phase(3600, 1 + 0.5 * (d + 1), 0.3), Phase(13 * 3600, 1, 0.3)]
+    st = load_openmetrics(history({"p0": days}, START_S, scrape=60).encode()).store
+    report = cap.compute(st, cap.Options(slo, START_S * 1000, (START_S + 5 * 86400 - 60) * 1000, 60_000))
+    t = report.models[0].trend
+    assert [p.value for p in t.peaks] == pytest.approx([1.5, 2, 2.5, 3, 3.5])
+    assert [p.start_ms for p in t.peaks] == [(START_S + d * 86400) * 1000 for d in range(5)]
+    assert t.status == "rising" and t.slope_per_day == pytest.approx(0.5)
+    # capacity: 350 tokens/s held on the last day / 100 tokens -> 3.5 req/s, which the line reaches on
+    # day 4 (x = 20454 + 4): the last day's peak itself
+    assert report.models[0].capacity_qps == pytest.approx(3.5)
+    assert t.crosses_at_ms == pytest.approx((START_S + 4 * 86400) * 1000, abs=60_000)
+
+
+def test_nothing_in_range_is_said(slo):
+    st = load_openmetrics(history({"p0": RAMP}, START_S).encode()).store
+    report = cap.compute(st, cap.Options(slo, (START_S + 300) * 1000, (START_S + 3600) * 1000, 60_000,
+                                         model="no-such-model"))
+    assert report.models == [] and "no-such-model" in report.notes[0]
+    with pytest.raises(cap.CapacityError, match="not after"):
+        cap.compute(st, cap.Options(slo, 10, 10, 60_000))
+
+
+# -- the same figure as Prometheus' own rule engine ------------------------------------------------------
+
+@pytest.mark.prometheus
+def test_promtool_records_the_same_headroom(tmp_path, slo, capsys):
+    from exporter.pack.rules import render_plain
+
+    assert shutil.which("promtool"), "promtool not installed (make test installs it)"
+    series = input_series({"p0": RAMP}, scrape=15)
+    (tmp_path / "in.yml").write_text(yaml.safe_dump({"interval": "15s", "input_series": series}, width=10_000))
+    slo_file = tmp_path / "slo.yaml"
+    slo_file.write_text(TEST_SLO)
+    rc = main(["capacity", "--file", str(tmp_path / "in.yml"), "--slo", str(slo_file), "--start", "0", "--end", "3540",
+               "--step", "1m", "--json", "-"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    at_end = json.loads(out)["models"][0]["recording_rules_at_end"]
+    names = cap.capacity_names(cap.Ctx(slo))
+    assert at_end[names["sustainable"]] == pytest.approx(200)
+    (tmp_path / "rules.yml").write_text(render_plain(slo))
+    labels = {"namespace": "llm", "model_name": "m"}
+    cases = [{"expr": names[k], "eval_time": "59m",
+              "exp_samples": [{"labels": names[k] + "{" + ", ".join(f'{a}="{b}"' for a, b in labels.items()) + "}",
+                               "value": at_end[names[k]]}]}
+             for k in ("sustainable", "peak", "capacity", "headroom")]
+    test = {"rule_files": [str(tmp_path / "rules.yml")], "evaluation_interval": "1m",
+            "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": cases}]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test, width=10_000))
+    r = subprocess.run(["promtool", "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+
+
+# -- the command line -----------------------------------------------------------------------------------
+
+def _cli(capsys, *argv):
+    rc = main(["capacity", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def ramp_file(tmp_path):
+    f = tmp_path / "ramp.om"
+    f.write_text(history({"p0": RAMP}, START_S))
+    s = tmp_path / "slo.yaml"
+    s.write_text(TEST_SLO)
+    return f, s
+
+
+def test_cli_markdown_json_png(capsys, tmp_path, ramp_file):
+    f, s = ramp_file
+    rng = ["--start", str(START_S + 300), "--end", str(START_S + 3600)]
+    rc, out, err = _cli(capsys, "--file", str(f), "--slo", str(s), *rng, "--json", str(tmp_path / "c.json"),
+                        "--png", str(tmp_path / "c.png"), "--markdown", str(tmp_path / "c.md"))
+    assert rc == 0, err
+    assert "| sustainable generation per replica | 200 tokens/s (namespace=llm, pod=p0" in out
+    assert "| replicas needed | 2 | ⌈3.6 req/s × 100 tokens / 200 tokens/s⌉ |" in out
+    assert "NOT ENOUGH: capacity 2 req/s with 1 replica, -44% against the target; 1 replica short" in out
+    assert (tmp_path / "c.md").read_text() == out
+    doc = json.loads((tmp_path / "c.json").read_text())
+    m = doc["models"][0]
+    assert m["sustainable"]["tokens_per_second"] == pytest.approx(200) and m["target"]["replicas_needed"] == 2
+    assert doc["objectives"] == {"ttft_p95_seconds": 3.0, "ttft_mean_seconds": 1.5, "itl_mean_seconds": 0.0333333}
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a target that the replica serves: exit 0 even with --fail-when-short; one it does not: 1
+    rc, out, _ = _cli(capsys, "--file", str(f), "--slo", str(s), *rng, "--target-qps", "1.5", "--fail-when-short")
+    assert rc == 0 and "ENOUGH: capacity 2 req/s with 1 replica, +33% against the target; 0 replicas to spare" in out
+    rc, _, err = _cli(capsys, "--file", str(f), "--slo", str(s), *rng, "--target-qps", "5", "--fail-when-short")
+    assert rc == 1 and "NOT ENOUGH" in err
+
+
+@pytest.mark.parametrize("args,needle", [
+    ([], "give exactly one source"),
+    (["--file", "x.om", "--prometheus-url", "http://x"], "give exactly one source"),
+    (["--file", "/no/such/file.om"], "/no/such/file.om: No such file or directory"),
+    (["--file", "F", "--step", "soon"], "--step: 'soon' is not a duration"),
+    (["--file", "F", "--target-qps", "0"], "--target-qps must be positive"),
+    (["--file", "F", "--start", "2026-01-02T00:00:00"], "has no time zone"),
+    (["--file", "F", "--start", str(START_S + 999), "--end", str(START_S + 500)], "--end must be after --start"),
+    (["--prometheus-url", "http://127.0.0.1:9", "--end", "1767225600"], "http://127.0.0.1:9: ConnectionError"),
+])
+def test_cli_errors_are_one_line(capsys, ramp_file, args, needle):
+    f, _ = ramp_file
+    rc, out, err = _cli(capsys, *[str(f) if a == "F" else a for a in args])
+    assert rc == 2 and needle in err and err.count("\n") == 1, err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.prometheus
+def test_a_real_prometheus_gives_the_same_model_as_the_file(capsys, tmp_path, ramp_file):
+    for tool in ("prometheus", "promtool"):
+        assert shutil.which(tool), f"{tool} not installed (make test installs it)"
+    f, s = ramp_file
+    data = tmp_path / "tsdb"
+    r = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(f), str(data)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text("global: {}\nscrape_configs: []\n")
+    port = _free_port()
+    proc = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
+                             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y"],
+                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("w"),
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if requests.get(url + "/-/ready", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "prometheus did not become ready"
+            time.sleep(0.2)
+        rng = ["--slo", str(s), "--start", str(START_S + 300), "--end", str(START_S + 3600), "--json", "-"]
+        rc, served, err = _cli(capsys, "--prometheus-url", url, *rng)
+        assert rc == 0, err
+        rc, filed, err = _cli(capsys, "--file", str(f), *rng)
+        assert rc == 0, err
+        assert json.loads(served) == json.loads(filed)
+        assert json.loads(served)["models"][0]["sustainable"]["tokens_per_second"] == pytest.approx(200)
+    finally:
+        proc.terminate()
+        proc.wait(10)
