@@ -325,3 +325,20 @@ def test_quantiles_in_the_first_bucket_are_bounds_and_ordered(idle, after_load):
         assert bounded == (1.0 if q * total <= d[first] else 0.0)
         if bounded:
             assert queue == min(first, ttft, e2e)
+
+
+def test_requests_waiting_behind_a_full_batch_are_not_waiting_for_kv(after_load):
+    """vLLM's reason="capacity" counts every request waiting for scheduling capacity, a full batch
+    as well as a full cache (vllm/v1/metrics/loggers.py: capacity = waiting minus deferred). With
+    the cache nearly empty they wait for the batch: not waiting for KV capacity, not saturated;
+    with the cache at the warn level they are the cache's doing."""
+    def kv(usage):
+        text = pt.set_values(after_load, {"vllm:kv_cache_usage_perc": usage})
+        text = pt.set_values(text, {"vllm:num_requests_waiting_by_reason": 5}, 'reason="capacity"')
+        return run([(T0, after_load), (T0 + 30, text)])
+
+    empty, full = kv(0.03), kv(0.95)
+    assert value(empty, "requests_waiting_for_capacity", model_name=M) == 0
+    assert value(empty, "kv_cache_pressure_level", model_name=M) == 0
+    assert value(full, "requests_waiting_for_capacity", model_name=M) == 5
+    assert value(full, "kv_cache_pressure_level", model_name=M) == 2

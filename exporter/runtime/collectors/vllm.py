@@ -52,7 +52,7 @@ DERIVED: Dict[str, Series] = {
                                        lambda m: m.kv.seconds_to_full),
     "requests_running": Series("Requests in the running batch, all engines summed.", lambda m: m.kv.running),
     "requests_waiting": Series("Requests waiting to be scheduled, all engines summed.", lambda m: m.kv.waiting),
-    "requests_waiting_for_capacity": Series("Waiting requests held back for lack of KV capacity.", lambda m: m.kv.waiting_for_capacity),
+    "requests_waiting_for_capacity": Series("Waiting requests held back for lack of KV capacity: vLLM's reason=capacity waiters (or, on older releases, every waiting request) while KV usage is at or above the warn threshold; 0 below it (they wait for the batch, not the cache).", lambda m: m.kv.waiting_for_capacity),
     "long_prompt_requests_per_second": Series("Finished requests per second whose prompt exceeded the long-prompt threshold (interpolated inside vLLM's bucket).",
                                               lambda m: m.prompts.long_per_second),
     "long_prompt_request_ratio": Series("Share of finished requests whose prompt exceeded the long-prompt threshold.",

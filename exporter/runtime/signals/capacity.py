@@ -82,15 +82,21 @@ def kv_and_queue(view: View, model: str, warn: float) -> KvQueue:
         usage = max(vals) if vals else None
     running = sum(latest.gauge("running", model)) if latest.present("running") else None
     waiting = sum(latest.gauge("waiting", model)) if latest.present("waiting") else None
+    # Requests held back for KV capacity. vLLM's reason="capacity" counts every request waiting for
+    # scheduling capacity (a full batch as well as a full cache, all but the deferred ones); older
+    # vLLM does not say why requests wait at all. Either way they are the cache's doing only while
+    # the cache is this full: below the warn level they wait for the batch, not for KV.
     waiting_capacity = None
+    candidates = None
     if latest.present("waiting_by_reason"):
         by_reason: Dict[str, float] = {}
         for _e, x, v in latest.by_model.get(("waiting_by_reason", model), ()):
             by_reason[x] = by_reason.get(x, 0.0) + v
-        waiting_capacity = by_reason.get("capacity", 0.0)
-    elif waiting is not None and usage is not None:
-        # older vLLM does not say why requests wait: with the cache this full, it is capacity
-        waiting_capacity = waiting if usage >= warn else 0.0
+        candidates = by_reason.get("capacity", 0.0)
+    elif waiting is not None:
+        candidates = waiting
+    if candidates is not None and usage is not None:
+        waiting_capacity = candidates if usage >= warn else 0.0
     if view.polls < 2:
         level = _first_read_level(latest, model, usage, waiting_capacity, warn)
         to_full = None
