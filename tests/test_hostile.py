@@ -162,6 +162,46 @@ def test_no_page_content_freezes_the_state_while_up_says_1(clock, ops):
     assert value(pub, "kv_cache_usage_ratio", model_name=M) == sample_value(after_load, "vllm:kv_cache_usage_perc")
 
 
+def _sum_line(text, f):
+    """The page with the TTFT histogram's ``_sum`` line changed by ``f`` (None drops it)."""
+    out = []
+    for line in text.split("\n"):
+        if line.startswith("vllm:time_to_first_token_seconds_sum{"):
+            line = f(line)
+            if line is None:
+                continue
+        out.append(line)
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("how", ["dropped", "cut"])
+def test_a_lost_or_cut_histogram_sum_never_makes_a_negative_mean(clock, how):
+    """Found by the property above: a page without the ``_sum`` line read as a sum of 0, and a page
+    cut inside the number (``34.29`` -> ``3``) as a smaller one; either drove the window's sum
+    down and the mean TTFT to -33 s. Now the first is left out whole and the second is rejected as
+    a sum that went down while the counts did not; both are counted, and the mean stays true."""
+    sc, seq = sidecar_with(clock, cfg(poll_interval=1, window=10), BASE)
+    for n in range(3):
+        seq.text = STREAM[n]
+        pub = sc.poll_once()
+        clock.advance(1)
+    good = value(pub, "ttft_mean_seconds", model_name=M)
+    assert good is not None and good > 0
+    bad0 = malformed(pub, "invalid_value")
+    if how == "dropped":
+        seq.text = _sum_line(STREAM[3], lambda line: None)
+    else:
+        seq.text = _sum_line(STREAM[3], lambda line: line[: line.rindex(" ") + 2])  # "34.29..." -> "3"
+    pub = sc.poll_once()
+    clock.advance(1)
+    assert up(pub)
+    assert malformed(pub, "invalid_value") == bad0 + 1
+    assert value(pub, "ttft_mean_seconds", model_name=M) == pytest.approx(good)
+    seq.text = STREAM[4]  # the whole page again: the increase since the last good page counts
+    pub = sc.poll_once()
+    assert value(pub, "ttft_mean_seconds", model_name=M) == pytest.approx(good)
+
+
 # -- impossible values ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name,bad", [

@@ -424,6 +424,13 @@ class Builder:
             top = buckets[-1][1] if math.isinf(buckets[-1][0]) else None
             if hcount is None:
                 hcount = top if top is not None else 0.0
+            if hsum is None or hsum < 0:
+                # a histogram without its sum (a line lost) or with an impossible one: left out
+                # whole, so the window keeps the last good one instead of a sum of zero
+                rejected["invalid_value"] = rejected.get("invalid_value", 0) + 1
+                if snap.rejected_detail is None:
+                    snap.rejected_detail = f"histogram {hkey[0]} of model {hkey[1]!r} has no valid _sum"
+                continue
             if (top is not None and hcount != top) or any(
                     buckets[i][1] > buckets[i + 1][1] for i in range(len(buckets) - 1)):
                 # not a histogram: counts must grow with the bound and end at the count
@@ -431,7 +438,7 @@ class Builder:
                 if snap.rejected_detail is None:
                     snap.rejected_detail = f"histogram {hkey[0]} of model {hkey[1]!r} is not cumulative"
                 continue
-            h = snap.hists[hkey] = Hist(buckets=buckets, sum=hsum or 0.0, count=hcount)
+            h = snap.hists[hkey] = Hist(buckets=buckets, sum=hsum, count=hcount)
             lst = hists_by.get(hkey[:2])
             if lst is None:
                 lst = hists_by[hkey[:2]] = []

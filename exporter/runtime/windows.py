@@ -322,6 +322,17 @@ class Windows:
                 if not whole and h.count - p.count > MAX_RATE_PER_SECOND * max(t - prev[1], 1e-3):
                     rejected += 1
                     continue
+                if not whole and h.sum < p.sum:
+                    # counts up or level but the sum down: observations are never negative, so
+                    # one of the two pages is wrong (a page cut inside the number). Once: left
+                    # out; twice in a row: a new baseline, never a negative increase.
+                    rejected += 1
+                    if hkey in down:
+                        down.discard(hkey)
+                        hlast[hkey] = (h, t, slots, les)
+                    else:
+                        down.add(hkey)
+                    continue
                 down.discard(hkey)
                 if not whole:
                     for slot, (_le, c), (_ple, pc) in zip(slots, h.buckets, p.buckets):
