@@ -34,8 +34,11 @@ def serve_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog=PROG,
         description="Prometheus sidecar for vLLM: reads vLLM's /metrics and the pod's GPUs, serves "
-                    "derived signals. Subcommands: demo (simulated vLLM and GPU), rules (render the "
-                    "alerting pack from an SLO file), dashboards (render the Grafana dashboards).",
+                    "derived signals. Subcommands (each with its own --help): demo (simulated vLLM "
+                    "and GPU), top (a live terminal view), rules and dashboards (render the pack from "
+                    "an SLO file), backtest (would the pack have paged over recorded or Prometheus "
+                    "history), capacity (the capacity model from history), gate (a regression gate "
+                    "for a vLLM change).",
     )
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     add_config_flags(p)
