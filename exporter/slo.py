@@ -293,21 +293,27 @@ def _legacy(data: Dict[str, Any], path: str) -> Dict[str, Any]:
     return data
 
 
-def read_slo_file(path: str) -> Dict[str, Any]:
+def read_yaml_mapping(path: str, what: str, must: str = "a mapping") -> Dict[str, Any]:
+    """A YAML file that holds one mapping (empty: ``{}``); any other content is a ConfigError
+    that starts with ``what`` and names the file (and the line, for bad YAML)."""
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
     except OSError as exc:
-        raise ConfigError(f"slo: cannot read {path}: {exc.strerror or exc}") from None
+        raise ConfigError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"slo: {path} is not valid YAML{at}") from None
+        raise ConfigError(f"{what}: {path} is not valid YAML{at}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"slo: {path} must hold a mapping")
+        raise ConfigError(f"{what}: {path} must hold {must}")
     return data
+
+
+def read_slo_file(path: str) -> Dict[str, Any]:
+    return read_yaml_mapping(path, "slo")
 
 
 def load_slo(path: Optional[str]) -> Dict[str, Any]:

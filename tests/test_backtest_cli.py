@@ -22,6 +22,7 @@ from conftest import ROOT
 from exporter.analysis.sources import expand_values, parse_series_labels
 from exporter.cli import main
 from test_incident_scenario import BAD, EXPECTED_INCIDENT, ONSET, PODS, TOTAL, replica
+from promtsdb import prometheus_over
 
 BASE_S = 1_700_000_400  # where the OpenMetrics copy of the incident starts (unix seconds, a whole minute)
 
@@ -161,40 +162,11 @@ def test_an_openmetrics_file_gives_the_same_alerts_as_the_promtool_file(capsys, 
     assert shift(a) == shift(b) and len(shift(a)) == 10
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.prometheus
 def test_a_real_prometheus_gives_the_same_report_as_the_file(capsys, tmp_path, incident_inputs):
-    for tool in ("prometheus", "promtool"):
-        assert shutil.which(tool), f"{tool} not installed (make test installs it)"
     om = tmp_path / "incident.om"
     om.write_text(openmetrics(incident_inputs, BASE_S))
-    data = tmp_path / "tsdb"
-    r = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text("global: {}\nscrape_configs: []\n")
-    port = _free_port()
-    proc = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y"],
-                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("w"),
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                if requests.get(url + "/-/ready", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert proc.poll() is None and time.time() < deadline, "prometheus did not become ready"
-            time.sleep(0.2)
+    with prometheus_over(om, tmp_path) as url:
         window = ["--start", str(BASE_S), "--end", str(BASE_S + TOTAL * 60), "--step", "1m", "--json", "-",
                   "--onset", f"+{ONSET}m"]
         rc, served, err = _run(capsys, "--prometheus-url", url, *window)
@@ -207,10 +179,3 @@ def test_a_real_prometheus_gives_the_same_report_as_the_file(capsys, tmp_path, i
             m = a["first_firing_after_onset_seconds"] / 60
             first[a["alertname"]] = min(first.get(a["alertname"], m), m)
         assert first == EXPECTED_INCIDENT
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()

@@ -34,6 +34,7 @@ from exporter.analysis.stats import crossing, linear_fit, t_cdf, t_ppf
 from exporter.cli import main
 from exporter.slo import load_slo
 from loadgen import Phase, history, input_series
+from promtsdb import prometheus_over
 
 DAY = cap.DAY_MS
 START_S = 1_767_225_600  # 2026-01-01T00:00:00Z
@@ -332,39 +333,10 @@ def test_cli_errors_are_one_line(capsys, ramp_file, args, needle):
     assert rc == 2 and needle in err and err.count("\n") == 1, err
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.prometheus
 def test_a_real_prometheus_gives_the_same_model_as_the_file(capsys, tmp_path, ramp_file):
-    for tool in ("prometheus", "promtool"):
-        assert shutil.which(tool), f"{tool} not installed (make test installs it)"
     f, s = ramp_file
-    data = tmp_path / "tsdb"
-    r = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(f), str(data)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text("global: {}\nscrape_configs: []\n")
-    port = _free_port()
-    proc = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y"],
-                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("w"),
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(url + "/-/ready", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "prometheus did not become ready"
-            time.sleep(0.2)
+    with prometheus_over(f, tmp_path) as url:
         rng = ["--slo", str(s), "--start", str(START_S + 300), "--end", str(START_S + 3600), "--json", "-"]
         rc, served, err = _cli(capsys, "--prometheus-url", url, *rng)
         assert rc == 0, err
@@ -372,6 +344,3 @@ def test_a_real_prometheus_gives_the_same_model_as_the_file(capsys, tmp_path, ra
         assert rc == 0, err
         assert json.loads(served) == json.loads(filed)
         assert json.loads(served)["models"][0]["sustainable"]["tokens_per_second"] == pytest.approx(200)
-    finally:
-        proc.terminate()
-        proc.wait(10)

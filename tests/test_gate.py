@@ -27,6 +27,7 @@ from exporter.analysis.sources import load_openmetrics
 from exporter.analysis.promql.labels import make
 from exporter.cli import main
 from loadgen import Phase, history
+from promtsdb import prometheus_over
 
 GATE = FIXTURES / "gate"
 SAME = [str(GATE / f"same-config-{i}.json") for i in range(1, 5)]
@@ -300,40 +301,11 @@ def test_cli_refuses_runs_of_different_loads(capsys, tmp_path):
     assert rc == 0 and "ran a different load" in out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.prometheus
 def test_cli_ranges_of_a_real_prometheus(capsys, tmp_path):
-    for tool in ("prometheus", "promtool"):
-        assert shutil.which(tool), f"{tool} not installed (make test installs it)"
     om = tmp_path / "h.om"
     om.write_text(history({"p0": [Phase(1200, 1, 0.3), Phase(1200, 2, 0.8, itl=0.025)]}, START_S))
-    data = tmp_path / "tsdb"
-    r = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text("global: {}\nscrape_configs: []\n")
-    port = _free_port()
-    proc = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y"],
-                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("w"),
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(url + "/-/ready", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "prometheus did not become ready"
-            time.sleep(0.2)
+    with prometheus_over(om, tmp_path) as url:
         rc, out, err = _cli(capsys, "--prometheus-url", url, "--selector", 'namespace="llm"', "--json", "-",
                             "--baseline-range", f"{START_S + 300}/{START_S + 900}",
                             "--candidate-range", f"{START_S + 1500}/{START_S + 2100}")
@@ -351,6 +323,3 @@ def test_cli_ranges_of_a_real_prometheus(capsys, tmp_path):
                           "--baseline-range", f"{START_S + 300}/{START_S + 900}",
                           "--candidate-range", f"{START_S + 1500}/{START_S + 2100}")
         assert rc == 2 and "no vLLM requests in" in err
-    finally:
-        proc.terminate()
-        proc.wait(10)

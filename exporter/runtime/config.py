@@ -23,10 +23,9 @@ from dataclasses import dataclass, fields as dc_fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
-import yaml
 
 from ..errors import ConfigError
-from ..slo import is_duration, load_slo, seconds
+from ..slo import is_duration, load_slo, read_yaml_mapping, seconds
 
 ENV_PREFIX = "VLLM_SIDECAR_"
 
@@ -364,19 +363,7 @@ def _convert(spec: Field, raw: Any, origin: str) -> Any:
 
 
 def load_file(path: str) -> Dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except OSError as exc:
-        raise ConfigError(f"config: cannot read {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"config: {path} is not valid YAML{at}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config: {path} must hold a mapping of keys to values")
+    data = read_yaml_mapping(path, "config", must="a mapping of keys to values")
     out = {}
     for k, v in data.items():
         key = str(k).replace("-", "_")
