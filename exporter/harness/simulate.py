@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Deque, Dict, List, Optional, Tuple
 
-from . import pagetransform as pt
 from ..runtime.parser import parse
+from . import pagetransform as pt
 from .fakenvml import FakeGpu
 
 TEMPLATE_NAME = "vllm-0.32.0-metrics.txt"
@@ -191,10 +191,10 @@ class SimVllm:
     def _poisson(self, lam: float) -> int:
         if lam <= 0:
             return 0
-        l, k, p = math.exp(-lam), 0, 1.0
+        limit, k, p = math.exp(-lam), 0, 1.0
         while True:
             p *= self.rng.random()
-            if p <= l:
+            if p <= limit:
                 return k
             k += 1
 
@@ -281,9 +281,14 @@ class SimVllm:
         self.c["gen"] += gen_tokens
         if gen_tokens or prefill_work:
             self.h["iteration"].observe(gen_tokens + prefill_work, max(1, int(dt / max(itl, 1e-3))))
-        # the cache overflows as sequences grow: preempt the newest (recomputed later)
+        # the cache overflows as sequences grow: preempt the newest (recomputed later); a request
+        # that finished in this step is done, never a victim (with long steps it can be the newest)
+        done = {id(r) for r in finished}
         while self.kv_used() > self.kv_tokens and len(self.running) > 1:
-            victim = self.running.pop()
+            i = next((j for j in range(len(self.running) - 1, -1, -1) if id(self.running[j]) not in done), None)
+            if i is None:
+                break
+            victim = self.running.pop(i)
             victim.preemptions += 1
             victim.prefilled = 0
             self.c["preempt"] += 1
@@ -315,7 +320,7 @@ class SimVllm:
                 self.h["tpot"].observe((self.now - r.first_token) / (r.generated - 1))
 
     def _update_gpus(self, busy: float, dt: float) -> None:
-        for i, g in enumerate(self.gpus):
+        for g in self.gpus:
             jitter = self.rng.uniform(-0.02, 0.02)
             g.utilization_percent = int(max(0, min(100, round((busy + jitter) * 100))))
             g.sm_activity_percent = max(0.0, min(100.0, (busy * 0.8 + jitter) * 100))
