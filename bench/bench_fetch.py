@@ -113,10 +113,10 @@ def main() -> None:
             print(f"{'fetch (' + label + ')':34} {r * 1e6:12.0f} {t * 1e6:9.0f} {t / r:14.2f}")
             parser = Parser()
 
-            def old_total():
+            def old_total(old=old):
                 list(text_string_to_metric_families(old.fetch()))
 
-            def new_total():
+            def new_total(parser=parser, new=new):
                 parser.parse(new.fetch())
 
             r = cpu_per_call(old_total, max(10, args.n // 10), args.repeat)

@@ -42,11 +42,11 @@ def main():
     pages["4 engines (derived)"] = pt.with_engines(base, [1.0, 0.9, 0.8, 0.7])
     print(f"{'page':24} {'bytes':>8} {'client ms':>10} {'cold ms':>8} {'warm ms':>8} {'cold x':>7} {'warm x':>7}")
     for name, text in pages.items():
-        ref, _ = best_of(lambda: list(text_string_to_metric_families(text)), max(3, args.repeat // 5))
-        cold, _ = best_of(lambda: parse(text), args.repeat)
+        ref, _ = best_of(lambda text=text: list(text_string_to_metric_families(text)), max(3, args.repeat // 5))
+        cold, _ = best_of(lambda text=text: parse(text), args.repeat)
         p = Parser()
         p.parse(text)
-        warm, _ = best_of(lambda: p.parse(text), args.repeat)
+        warm, _ = best_of(lambda p=p, text=text: p.parse(text), args.repeat)
         print(f"{name:24} {len(text):8d} {ref*1e3:10.2f} {cold*1e3:8.2f} {warm*1e3:8.2f} {ref/cold:7.1f} {ref/warm:7.1f}")
 
 

@@ -39,7 +39,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import prometheus_client  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from exporter.harness import pagetransform as pt  # noqa: E402
@@ -217,7 +216,7 @@ def main():
     st.sort_stats("tottime")
     top = []
     total = sum(v[2] for v in st.stats.values())
-    for (fname, lineno, func), (cc, nc, tt, ct, _callers) in sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:10]:
+    for (fname, lineno, func), (_cc, nc, tt, _ct, _callers) in sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:10]:
         where = f"{Path(fname).name}:{lineno}" if fname != "~" else "builtin"
         top.append((f"`{func}` ({where})", tt / total if total else 0.0, nc / 300))
 

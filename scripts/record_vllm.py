@@ -294,7 +294,8 @@ def tiny_model(py: str) -> Path:
     return out
 
 
-def start_vllm(py: str, model: Path, flags: List[str], workdir: Path, extra_env: Optional[dict] = None) -> Tuple[Group, str, List[str]]:
+def start_vllm(py: str, model: Path, flags: List[str], workdir: Path,
+               extra_env: Optional[dict] = None) -> Tuple[Group, str, List[str]]:
     port = free_port()
     args = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", MODEL,
             "--host", "127.0.0.1", "--port", str(port), *flags]
@@ -450,7 +451,7 @@ class LoadGen:
                 events.append((off, i, spec, rng))
         events.sort(key=lambda e: (e[0], e[1]))
         # draw each stream's requests in its own arrival order, so the schedule is seed-determined
-        for off, i, spec, rng in events:
+        for off, _i, spec, rng in events:
             if self.stop_all.is_set():
                 break
             res, ids = self._new(rng, spec, name, t0 + off)
@@ -987,13 +988,15 @@ def provenance(sc: dict, meta: dict) -> str:
               + (f" Onset: {meta['onset']:.3f}." if meta["onset"] else ""), ""]
     lines += ["## Measured", "", "Client side (the load generator's log, per phase of arrival; TTFT only for "
               "streamed requests, at the first SSE chunk, so it includes the API server's own delays):", "",
-              "| phase | class | sent | sent/s | ok | failed | prompt mean | output mean | TTFT p50 | TTFT p95 | latency p50 | latency p95 |",
+              "| phase | class | sent | sent/s | ok | failed | prompt mean | output mean"
+              " | TTFT p50 | TTFT p95 | latency p50 | latency p95 |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for ph, by in meta["client"].items():
         for cls, st in by.items():
             lines.append(f"| {ph} | {cls} | {st['sent']} | {st['sent_per_second']} | {st['completed_ok']} | "
                          f"{st['errors_or_unfinished']} | {st['prompt_tokens_mean']} | {st['output_tokens_mean']} | "
-                         f"{st['client_ttft_p50_s']} | {st['client_ttft_p95_s']} | {st['latency_p50_s']} | {st['latency_p95_s']} |")
+                         f"{st['client_ttft_p50_s']} | {st['client_ttft_p95_s']} | "
+                         f"{st['latency_p50_s']} | {st['latency_p95_s']} |")
     lines += ["", "Server side, computed from the exported series over each phase (gauges: the samples inside the "
               "phase; counters: increase from the last sample at or before each boundary; quantiles from vLLM's "
               "histogram buckets as `histogram_quantile` does; `sidecar_*`: the sidecar's own series, 20 s window):", ""]
@@ -1024,7 +1027,8 @@ def provenance(sc: dict, meta: dict) -> str:
               f"- `pages.tar.gz`: {meta['pages']['count']} raw `GET /metrics` answers of vLLM, polled every "
               f"{meta['scrape_interval_s']:g} s by the recorder, `pages/<unix-seconds>.prom` (the time the request "
               f"was sent), unchanged ({meta['pages']['poll_failures']} polls failed). Input for `replay --snapshots`.",
-              f"- `prometheus.om.gz`: every sample Prometheus stored for `{{__name__=~\"{meta['prometheus']['series_regex']}\"}}` "
+              "- `prometheus.om.gz`: every sample Prometheus stored for "
+              f"`{{__name__=~\"{meta['prometheus']['series_regex']}\"}}` "
               f"over the recording range ({meta['prometheus']['series']} series, {meta['prometheus']['samples']} samples), "
               "taken with one `/api/v1/query` of a range selector at the end time, written as OpenMetrics "
               "(timestamps in seconds, `# EOF`). `http_requests_total` is there because the pack's availability SLI "
@@ -1293,7 +1297,8 @@ def probe(args) -> None:
             phase["open"].append({"cls": "long", "rate": args.long_rate, "prompt": [int(x) for x in args.long_prompt.split("-")],
                                   "output": [20, 100], "stream_share": 0.0, "system_prefix": 0})
         if args.long_workers:
-            phase["closed"] = [{"cls": "long", "workers": args.long_workers, "prompt": [int(x) for x in args.long_prompt.split("-")],
+            phase["closed"] = [{"cls": "long", "workers": args.long_workers,
+                                "prompt": [int(x) for x in args.long_prompt.split("-")],
                                 "output": [20, 100], "think": 1.0, "stream_share": 0.0, "system_prefix": 0}]
         if args.phase:
             phase = dict(json.loads(args.phase), name="probe", duration=args.duration)

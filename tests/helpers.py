@@ -4,11 +4,11 @@ from typing import Optional, Sequence, Tuple
 
 from exporter.runtime import config
 from exporter.runtime.collectors import Point, signal_points
-from exporter.runtime.signals import Signals
-from exporter.runtime.state import Published
+from exporter.runtime.inputs import Snapshot, normalize
 from exporter.runtime.parser import parse
 from exporter.runtime.sidecar import Sidecar
-from exporter.runtime.inputs import Snapshot, normalize
+from exporter.runtime.signals import Signals
+from exporter.runtime.state import Published
 
 
 def cfg(**kw):

@@ -50,7 +50,8 @@ def _stat(pid: int):
 
 def cmdline(pid: int) -> str:
     raw = _read(f"/proc/{pid}/cmdline") or b""
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip() or f"[{(_read(f'/proc/{pid}/comm') or b'?').decode().strip()}]"
+    comm = (_read(f"/proc/{pid}/comm") or b"?").decode().strip()
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip() or f"[{comm}]"
 
 
 def _pids() -> List[int]:

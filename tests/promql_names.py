@@ -4,9 +4,9 @@ import re
 
 import yaml
 
+from conftest import ROOT, VLLM_PAGES
 from exporter.harness import pagetransform as pt
 from exporter.runtime.parser import parse
-from conftest import ROOT, VLLM_PAGES
 
 _KEYWORDS = {"by", "on", "without", "and", "or", "unless", "offset", "group_left", "group_right", "ignoring", "bool"}
 
@@ -30,9 +30,9 @@ def metric_names(expr: str) -> set:
 
 def sidecar_output_names():
     """Every name the sidecar serves, from a real run on real pages with a stand-in GPU."""
+    from exporter.harness.fakenvml import FakeNvml, make_gpus
     from exporter.runtime import config
     from exporter.runtime.collectors import build_families
-    from exporter.harness.fakenvml import FakeNvml, make_gpus
     from exporter.runtime.nvml import NvmlSource
     from exporter.runtime.sidecar import Sidecar
 

@@ -21,12 +21,12 @@ import numpy as np
 import yaml
 
 from exporter.analysis import rules as rule_runner
+from exporter.analysis.promql.durations import parse_duration
 from exporter.analysis.promql.engine import Evaluator
 from exporter.analysis.promql.labels import fmt
 from exporter.analysis.promql.parser import parse
 from exporter.analysis.promql.vector import Vec
 from exporter.analysis.rulefile import load_rule_file
-from exporter.analysis.promql.durations import parse_duration
 from exporter.analysis.sources import input_series_store
 from promseries import promtool
 

@@ -18,11 +18,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from conftest import FIXTURES
 from promseries import RULES, counter, fmt_series, gauge, series, values
 from promtool_equiv import Scenario, compare
 from test_incident_scenario import BAD, ONSET, PODS, TOTAL, replica
-
-from conftest import FIXTURES
 
 pytestmark = pytest.mark.prometheus
 
@@ -100,7 +99,7 @@ def _alert_inputs(shift: int = 0):
     # buckets; idle never observes anything (NaN)
     def hist(job, per_bucket, bounds=("0.1", "0.5", "1", "+Inf")):
         for i, le in enumerate(bounds):
-            out.append(series("latency_seconds_bucket", {"job": job, "le": le}, counter(lambda m: per_bucket(m, i), N - 1)))
+            out.append(series("latency_seconds_bucket", {"job": job, "le": le}, counter(lambda m, i=i: per_bucket(m, i), N - 1)))
 
     hist("api", lambda m, i: [10, 12, 14, 15][i] if m < 30 else [1, 2, 3, 15][i])
     hist("web", lambda m, i: [2, 4, 6][i], bounds=("0.1", "0.5", "1"))

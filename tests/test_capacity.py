@@ -18,13 +18,10 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import socket
 import subprocess
-import time
 
 import numpy as np
 import pytest
-import requests
 import yaml
 
 from exporter.analysis import capacity as cap

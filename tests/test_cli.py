@@ -11,10 +11,10 @@ import urllib.request
 
 import pytest
 
+from conftest import ROOT, page
+from exporter.harness.pageserver import PageServer
 from exporter.runtime import config
 from exporter.runtime.config import ConfigError
-from exporter.harness.pageserver import PageServer
-from conftest import ROOT, page
 
 
 def free_port():

@@ -11,14 +11,14 @@ import subprocess
 import pytest
 import yaml
 
-from exporter.pack import dashboards as dash_mod
+from conftest import ROOT, page
 from exporter.harness import pagetransform as pt
 from exporter.harness.fakenvml import FakeNvml, make_gpus
 from exporter.harness.localstack import SidecarThread, Stack, wait_until
 from exporter.harness.pageserver import PageServer
+from exporter.pack import dashboards as dash_mod
 from exporter.pack.names import Names
 from exporter.slo import load_slo
-from conftest import ROOT, page
 from promql_names import known_names, metric_names
 
 DASH_DIR = ROOT / "dashboards"

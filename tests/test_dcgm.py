@@ -2,15 +2,15 @@
 
 import pytest
 
+from conftest import FIXTURES, page
 from exporter.harness import pagetransform as pt
+from exporter.harness.pageserver import PageServer
 from exporter.runtime import config
 from exporter.runtime.collectors import build_families
 from exporter.runtime.config import ConfigError
 from exporter.runtime.dcgm import DcgmSource
 from exporter.runtime.gpu import GpuUnavailable
-from exporter.harness.pageserver import PageServer
 from exporter.runtime.sidecar import Sidecar
-from conftest import FIXTURES, page
 from helpers import PageSequence
 
 POD, NS = "vllm-70b-7c9f6d5b8-x2kqp", "llm"

@@ -125,13 +125,13 @@ def test_monitoring_objects_validate_against_the_operator_schemas(rendered):
                 operator_validate(d)
                 seen.add(d["kind"])
     assert seen == {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
-    with pytest.raises(Exception):
+    with pytest.raises(AssertionError, match="intervall"):  # a misspelt field is caught
         operator_validate({"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": {"name": "x"},
                            "spec": {"selector": {}, "podMetricsEndpoints": [{"port": "m", "intervall": "15s"}]}})
 
 
 def test_sidecar_is_locked_down(rendered):
-    for name, docs in rendered.items():
+    for docs in rendered.values():
         dep = by_kind(docs, "Deployment")[0]
         pod = dep["spec"]["template"]["spec"]
         assert pod["automountServiceAccountToken"] is False
@@ -438,7 +438,7 @@ def test_lock_pins_every_runtime_dependency():
         if line:
             name, version = line.split("==")
             pins[name.lower().replace("_", "-")] = version
-    project = [re.split(r"[<>=!~;\[ ]", req, 1)[0].lower().replace("_", "-")
+    project = [re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower().replace("_", "-")
                for req in metadata.requires("vllm-sidecar-exporter") if "extra ==" not in req]
     assert "pyyaml" in project
     todo, seen = list(project), set()
@@ -451,7 +451,7 @@ def test_lock_pins_every_runtime_dependency():
         for req in metadata.requires(name) or []:
             if "extra ==" in req:
                 continue
-            dep = re.split(r"[<>=!~;\[ ]", req, 1)[0].lower().replace("_", "-")
+            dep = re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower().replace("_", "-")
             todo.append(dep)
     assert set(pins) == seen, f"pinned but unused: {set(pins) - seen}"
 
@@ -504,10 +504,10 @@ def test_compose_stack_files_exist_and_configs_validate(tmp_path):
 def test_prometheus_adapter_queries_return_per_pod_values(tmp_path):
     """The adapter's queries, filled the way prometheus-adapter fills them, against a real Prometheus
     scraping the sidecar and a vLLM stand-in serving a real page."""
+    from conftest import page
     from exporter.harness import pagetransform as pt
     from exporter.harness.localstack import SidecarThread, Stack, wait_until
     from exporter.harness.pageserver import PageServer
-    from conftest import page
 
     base = page("after_pressure.txt")
     n = [0]
@@ -520,7 +520,8 @@ def test_prometheus_adapter_queries_return_per_pod_values(tmp_path):
 
     vllm = PageServer(script).start()
     sidecar = SidecarThread({"vllm_url": vllm.url, "poll_interval": 0.5, "window": 5, "gpu": "none"})
-    cfg = yaml.safe_load(yaml.safe_load((K8S / "autoscaling" / "prometheus-adapter-config.yaml").read_text())["data"]["config.yaml"])
+    cm = yaml.safe_load((K8S / "autoscaling" / "prometheus-adapter-config.yaml").read_text())
+    cfg = yaml.safe_load(cm["data"]["config.yaml"])
     labels = {"namespace": "llm", "pod": "vllm-0"}
     try:
         with Stack(tmp_path) as st:

@@ -5,7 +5,18 @@ import math
 import pytest
 
 from exporter.harness import pagetransform as pt
-from exporter.runtime.signals import HORIZON_SECONDS, MIN_SLOPE_PER_SECOND, Baseline, Signals, busy_low, derive, engine_stalled, kv_pressure_level, percentile, seconds_to_full
+from exporter.runtime.signals import (
+    HORIZON_SECONDS,
+    MIN_SLOPE_PER_SECOND,
+    Baseline,
+    Signals,
+    busy_low,
+    derive,
+    engine_stalled,
+    kv_pressure_level,
+    percentile,
+    seconds_to_full,
+)
 from exporter.runtime.windows import count_at_or_below, histogram_quantile
 from helpers import cfg, names, points, sample_value, snap, value
 
@@ -57,7 +68,8 @@ def test_restart_detected_even_when_the_counter_climbed_past_the_old_value(after
 
 
 def test_counter_decrease_without_start_time_is_a_reset(after_load):
-    strip = lambda t: pt.map_samples(t, lambda n, l, v: [] if n == "process_start_time_seconds" else None)
+    def strip(t):
+        return pt.map_samples(t, lambda n, _labels, v: [] if n == "process_start_time_seconds" else None)
     a = strip(pt.scale_counters(after_load, 2.0))
     b = strip(after_load)
     pts = run([(T0, a), (T0 + 20, b)])
@@ -100,7 +112,8 @@ def test_histogram_quantile_edge_rules():
     assert math.isnan(histogram_quantile(0.5, [(0.1, 0), (inf, 0)]))
     assert math.isnan(histogram_quantile(0.5, [(0.1, 1), (0.2, 2)]))  # no +Inf bucket
     # non-monotonic input is fixed up as Prometheus does
-    assert histogram_quantile(0.5, [(1.0, 4), (2.0, 3), (inf, 8)]) == pytest.approx(histogram_quantile(0.5, [(1.0, 4), (2.0, 4), (inf, 8)]))
+    assert (histogram_quantile(0.5, [(1.0, 4), (2.0, 3), (inf, 8)])
+            == pytest.approx(histogram_quantile(0.5, [(1.0, 4), (2.0, 4), (inf, 8)])))
 
 
 def test_count_at_or_below_interpolates_like_histogram_fraction():
@@ -148,7 +161,8 @@ def test_legacy_page_gives_the_same_signals(idle, after_load):
 
 
 def test_missing_input_leaves_signals_out_never_zero(idle, after_load):
-    drop = lambda t: pt.map_samples(t, lambda n, l, v: [] if n.startswith("vllm:kv_cache_usage_perc") else None)
+    def drop(t):
+        return pt.map_samples(t, lambda n, _labels, v: [] if n.startswith("vllm:kv_cache_usage_perc") else None)
     pts = run([(T0, drop(idle)), (T0 + 60, drop(after_load))])
     s = snap(drop(after_load), 0)
     assert s.missing_required() == ["vllm:kv_cache_usage_perc"]

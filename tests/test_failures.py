@@ -12,13 +12,14 @@ import urllib.request
 
 import pytest
 
+from conftest import ROOT, page
 from exporter.harness import pagetransform as pt
+from exporter.harness.pageserver import PageServer
 from exporter.runtime import config
 from exporter.runtime.app import run_sidecar
+from exporter.runtime.fetch import FetchError
+from exporter.runtime.fetch import PageFetcher as VllmClient
 from exporter.runtime.parser import parse
-from exporter.harness.pageserver import PageServer
-from exporter.runtime.fetch import FetchError, PageFetcher as VllmClient
-from conftest import ROOT, page
 from hostile_server import FAULTS, LEAK, HostileServer
 
 BASE = page("after_load.txt")
@@ -51,8 +52,8 @@ def scrape(url):
 
 def val(metrics, name, **labels):
     want = tuple(sorted(labels.items()))
-    for (n, l), v in metrics.items():
-        if n == name and tuple(sorted(l)) == want:
+    for (n, lbl), v in metrics.items():
+        if n == name and tuple(sorted(lbl)) == want:
             return v
     return None
 

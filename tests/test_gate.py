@@ -11,20 +11,15 @@ a configuration that costs latency.
 from __future__ import annotations
 
 import json
-import shutil
-import socket
-import subprocess
-import time
 
 import numpy as np
 import pytest
-import requests
 
 from conftest import FIXTURES
 from exporter.analysis import benchfile, gate
+from exporter.analysis.promql.labels import make
 from exporter.analysis.series import Store
 from exporter.analysis.sources import load_openmetrics
-from exporter.analysis.promql.labels import make
 from exporter.cli import main
 from loadgen import Phase, history
 from promtsdb import prometheus_over

@@ -3,9 +3,9 @@
 import pynvml
 import pytest
 
+from exporter.harness.fakenvml import FakeNvml, make_gpus
 from exporter.runtime.app import make_gpu_source
 from exporter.runtime.collectors import build_families
-from exporter.harness.fakenvml import FakeNvml, make_gpus
 from exporter.runtime.gpu import GpuUnavailable
 from exporter.runtime.nvml import NvmlSource, visible_devices_from_env
 from exporter.runtime.state import Published
@@ -53,9 +53,11 @@ def test_units_are_converted_to_base_units():
     assert f[("vllm_sidecar_gpu_utilization_ratio", lab)] == 0.97
     assert f[("vllm_sidecar_gpu_temperature_celsius", lab)] == 71
     assert f[("vllm_sidecar_gpu_ecc_errors_total", (("gpu", "0"), ("type", "uncorrected"), ("uuid", g[0].uuid)))] == 2
-    assert f[("vllm_sidecar_gpu_clock_throttle_active", (("gpu", "0"), ("reason", "hw_thermal_slowdown"), ("uuid", g[0].uuid)))] == 1
+    throttle = ("vllm_sidecar_gpu_clock_throttle_active", (("gpu", "0"), ("reason", "hw_thermal_slowdown"), ("uuid", g[0].uuid)))
+    assert f[throttle] == 1
     assert f[("vllm_sidecar_gpu_clock_throttle_active", (("gpu", "0"), ("reason", "gpu_idle"), ("uuid", g[0].uuid)))] == 0
-    assert f[("vllm_sidecar_gpu_info", (("driver_version", "550.54.15"), ("gpu", "0"), ("name", g[0].name), ("uuid", g[0].uuid)))] == 1
+    info = ("vllm_sidecar_gpu_info", (("driver_version", "550.54.15"), ("gpu", "0"), ("name", g[0].name), ("uuid", g[0].uuid)))
+    assert f[info] == 1
 
 
 def test_unsupported_values_are_left_out_and_not_asked_again():

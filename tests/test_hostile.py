@@ -10,12 +10,13 @@ import random
 import tracemalloc
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from conftest import page as fixture_page
 from exporter.harness import pagetransform as pt
 from exporter.runtime.collectors import build_families, signal_points
 from exporter.runtime.parser import parse
-from conftest import page as fixture_page
 from helpers import cfg, points, sample_value, sidecar_with, value
 
 M = "tiny-llama"
@@ -76,7 +77,7 @@ HOSTILE = ["drop_line", "dup_line", "inf", "nan", "neg", "huge", "truncate", "ga
 
 def mutate(text, op, rnd):
     lines = text.split("\n")
-    samples = [i for i, l in enumerate(lines) if l and not l.startswith("#")]
+    samples = [i for i, line in enumerate(lines) if line and not line.startswith("#")]
     i = rnd.choice(samples)
     name, _, val = lines[i].rpartition(" ")
     if op == "drop_line":
@@ -274,7 +275,7 @@ def test_impossible_rates_never_feed_the_learned_baseline(clock, after_load):
 # -- series that go missing -------------------------------------------------------------------
 
 def _drop(text, metric):
-    return "\n".join(l for l in text.split("\n") if not l.startswith(metric + "{"))
+    return "\n".join(line for line in text.split("\n") if not line.startswith(metric + "{"))
 
 
 def test_a_series_missing_for_a_poll_neither_drops_out_nor_spikes(clock, after_load):
@@ -338,7 +339,7 @@ def test_models_over_the_cap_are_counted_named_once_and_the_output_stays_bounded
     assert len(said) == 1 and "extra-39" not in said[0] or "more" in said[0]
     derived = [k for k in m if k[0].startswith("vllm_sidecar_") and ("model_name", M) in k[1]]
     per_model = len(derived)
-    assert len([k for k in m if any(l == "model_name" for l, _ in k[1])]) <= 4 * per_model + 4
+    assert len([k for k in m if any(name == "model_name" for name, _ in k[1])]) <= 4 * per_model + 4
 
 
 def test_label_values_over_the_limit_are_rejected_and_the_cache_stays_bounded(clock, after_load):

@@ -43,7 +43,8 @@ def run_pytest(tmp_path, body: str):
     test = tmp_path / "test_inner.py"
     test.write_text(body)
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "leakcheck", "-p", "no:cacheprovider", "-p", "no:cloudcoil",
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "leakcheck", "-p", "no:cacheprovider",
+                           "-p", "no:cloudcoil",
                            "--rootdir", str(tmp_path), str(test)], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=120)
 

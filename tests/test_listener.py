@@ -5,7 +5,6 @@ wait for a condition has a generous deadline and only fails when the condition n
 
 import base64
 import contextlib
-from contextlib import closing
 import gzip
 import http.client
 import os
@@ -15,15 +14,16 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import closing
 
 import bcrypt
 import pytest
 
+from conftest import ROOT, page
 from exporter.errors import ConfigError
 from exporter.runtime import webconfig
 from exporter.runtime.server import SidecarServer, accepts_gzip
 from helpers import cfg, sidecar_with
-from conftest import ROOT, page
 from pki import PKI
 
 PASSWORD = "s3cret-scrape"
@@ -236,7 +236,7 @@ def test_certificate_rotation_and_a_bad_reread_without_restart(tmp_path, pki, pu
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     cert.write_bytes((pki.dir / "server.crt").read_bytes())
     key.write_bytes((pki.dir / "server.key").read_bytes())
-    path = web_file(tmp_path, f"tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n")  # relative
+    path = web_file(tmp_path, "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n")  # relative
     with serving(published, web=path) as srv:
         assert _served_serial(srv, pki) == 1001
         pki.server_cert("rotated", serial=2002)  # as a Secret update does: new files renamed into place
@@ -510,7 +510,8 @@ def run_cli(*args, env=None):
     ("--web.config.file", "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/absent.key\n",
      "key_file {d}/absent.key: cannot read: No such file or directory"),
     ("--web-config-file", "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/server.key\n"
-                          "  client_auth_type: RequireClientCertPlease\n", "client_auth_type 'RequireClientCertPlease' is not one of"),
+                          "  client_auth_type: RequireClientCertPlease\n",
+                          "client_auth_type 'RequireClientCertPlease' is not one of"),
     ("env", "basic_auth_users:\n  prometheus: '$2y$10$tooshort'\n", "user 'prometheus': not a bcrypt hash"),
     ("--web.config.file", "tls_server_config:\n  certfile: x\n", "unknown key 'certfile'"),
 ])

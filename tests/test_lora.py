@@ -10,10 +10,10 @@ import math
 
 import pytest
 
+from conftest import page
 from exporter.harness import pagetransform as pt
 from exporter.runtime.collectors import build_families
 from exporter.runtime.parser import parse
-from conftest import page
 from helpers import cfg, names, sidecar_with, value
 
 LORA = "vllm:lora_requests_info"
@@ -69,10 +69,10 @@ def test_the_real_pages_say_what_provenance_says():
     assert "# TYPE vllm:lora_requests_info gauge" in page("lora_idle.txt")
     for name in ("lora_running.txt", "lora_after.txt"):
         series = lora_series(page(name))
-        assert series and all(l["max_lora"] == "2" and "model_name" not in l and "engine" not in l
-                              for l, _ in series)
+        assert series and all(lab["max_lora"] == "2" and "model_name" not in lab and "engine" not in lab
+                              for lab, _ in series)
         # vLLM 0.32 lists the same adapters under both labels, in every series
-        assert all(l["running_lora_adapters"] == l["waiting_lora_adapters"] for l, _ in series)
+        assert all(lab["running_lora_adapters"] == lab["waiting_lora_adapters"] for lab, _ in series)
     newest = max(lora_series(page("lora_after.txt")), key=lambda s: s[1])[0]
     assert newest["running_lora_adapters"] == ""
 
@@ -138,7 +138,7 @@ def test_the_newest_wins_by_value_not_position(clock, order):
     # the same series with tiny-lora's made the newest: only tiny-lora has requests
     newest = max(v for _, v in lora_series(page("lora_after.txt")))
     swapped = relabel(reorder(page("lora_after.txt"), order),
-                      lambda l, v: (l, newest + 1.0 if l["running_lora_adapters"] == "tiny-lora" else v))
+                      lambda lab, v: (lab, newest + 1.0 if lab["running_lora_adapters"] == "tiny-lora" else v))
     pub = read(clock, swapped)
     assert value(pub, "lora_adapter_active", adapter="tiny-lora") == 1
     assert value(pub, "lora_adapter_active", adapter="tiny-lora-b") == 0
@@ -163,8 +163,8 @@ def test_running_and_waiting_apart_only_when_vllm_tells_them_apart(clock):
     # a vLLM that lists the adapters with a request running apart from those with one waiting:
     # the real running page with tiny-lora's requests all running in the newest series
     newest = max(v for _, v in lora_series(page("lora_running.txt")))
-    text = relabel(page("lora_running.txt"), lambda l, v: (
-        {**l, "waiting_lora_adapters": "tiny-lora-b"} if v == newest else l, v))
+    text = relabel(page("lora_running.txt"), lambda lab, v: (
+        {**lab, "waiting_lora_adapters": "tiny-lora-b"} if v == newest else lab, v))
     pub = read(clock, text)
     lo = pub.signals.lora
     assert lo.distinguished and lo.running == 2 and lo.waiting == 1 and lo.active == 2
@@ -179,15 +179,15 @@ def test_adapters_are_capped_like_other_label_values(clock):
     # the newest state's adapters are kept first; the count of known adapters is the whole truth
     after = page("lora_after.txt")
     newest = max(v for _, v in lora_series(after))
-    only_b = relabel(after, lambda l, v: (
-        {**l, "running_lora_adapters": "tiny-lora-b", "waiting_lora_adapters": "tiny-lora-b"} if v == newest else l, v))
+    only_b = relabel(after, lambda lab, v: (
+        {**lab, "running_lora_adapters": "tiny-lora-b", "waiting_lora_adapters": "tiny-lora-b"} if v == newest else lab, v))
     pub = read(clock, only_b, only_b, max_label_values=1)
     assert [a.name for a in pub.signals.lora.adapters] == ["tiny-lora-b"]
     assert value(pub, "lora_adapter_active", adapter="tiny-lora-b") == 1
     assert value(pub, "lora_adapter_active", adapter="tiny-lora") is None
     assert value(pub, "lora_adapters_known") == 2 and value(pub, "lora_adapters_active") == 1
     # counted with the other label values over the cap (finished_reason here): one per page
-    no_lora = pt.map_samples(only_b, lambda n, l, v: [] if n == LORA else None)
+    no_lora = pt.map_samples(only_b, lambda n, lab, v: [] if n == LORA else None)
     m, base = scraped(pub), scraped(read(clock, no_lora, no_lora, max_label_values=1))
     key = ("vllm_sidecar_input_dropped_samples_total", (("reason", "max_label_values"),))
     assert m[key] - base[key] == 2
@@ -201,7 +201,7 @@ def test_adapters_are_capped_like_other_label_values(clock):
 @pytest.mark.parametrize("bad", [math.nan, -1.0, math.inf])
 def test_an_impossible_value_is_rejected_and_the_rest_kept(clock, bad):
     newest = max(v for _, v in lora_series(page("lora_running.txt")))
-    text = relabel(page("lora_running.txt"), lambda l, v: (l, bad if v == newest else v))
+    text = relabel(page("lora_running.txt"), lambda lab, v: (lab, bad if v == newest else v))
     pub = read(clock, text)
     assert dict(pub.malformed_by_reason).get("invalid_value") == 1
     # the older series is all that is left: tiny-lora alone, with requests
@@ -227,13 +227,13 @@ def test_series_written_in_the_same_instant_are_both_the_state_now(clock):
     # two engines (data parallel) share the series and may write in the same instant: both count
     series = lora_series(page("lora_after.txt"))
     t = max(v for _, v in series)
-    text = relabel(page("lora_after.txt"), lambda l, v: (l, t if l["running_lora_adapters"] == "tiny-lora" else v))
+    text = relabel(page("lora_after.txt"), lambda lab, v: (lab, t if lab["running_lora_adapters"] == "tiny-lora" else v))
     pub = read(clock, text)
     assert value(pub, "lora_adapter_active", adapter="tiny-lora") == 1
     assert value(pub, "lora_adapter_active", adapter="tiny-lora-b") == 0
 
 
 def test_an_unreadable_max_lora_leaves_only_that_out(clock):
-    pub = read(clock, relabel(page("lora_running.txt"), lambda l, v: ({**l, "max_lora": "many"}, v)))
+    pub = read(clock, relabel(page("lora_running.txt"), lambda lab, v: ({**lab, "max_lora": "many"}, v)))
     assert value(pub, "lora_max_adapters") is None
     assert value(pub, "lora_adapters_active") == 2 and pub.malformed_lines_total == 0

@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
+from conftest import page
 from exporter.harness.fakenvml import FakeNvml, make_gpus
 from exporter.runtime.collectors import SidecarCollector
 from exporter.runtime.nvml import NvmlSource
-from conftest import page
 from helpers import cfg, sidecar_with
 
 pytestmark = pytest.mark.prometheus

@@ -5,13 +5,13 @@ import re
 
 import pytest
 
+from conftest import ROOT, page
 from exporter.harness import pagetransform as pt
+from exporter.harness.fakenvml import FakeNvml, make_gpus
+from exporter.harness.localstack import SidecarThread, Stack, wait_until
+from exporter.harness.pageserver import PageServer
 from exporter.pack import rules as rules_mod
 from exporter.slo import load_slo
-from exporter.harness.fakenvml import FakeNvml, make_gpus
-from exporter.harness.pageserver import PageServer
-from conftest import ROOT, page
-from exporter.harness.localstack import SidecarThread, Stack, wait_until
 
 pytestmark = pytest.mark.prometheus
 

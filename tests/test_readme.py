@@ -1,8 +1,8 @@
 """The README documents every flag and every metric the sidecar can serve."""
 
-from exporter.runtime.collectors import DERIVED, POD_DERIVED, _GPU_COUNTERS, _GPU_GAUGES
-from exporter.runtime.config import FIELDS, env_name, flag_name
 from conftest import ROOT
+from exporter.runtime.collectors import _GPU_COUNTERS, _GPU_GAUGES, DERIVED, POD_DERIVED
+from exporter.runtime.config import FIELDS, env_name, flag_name
 
 README = (ROOT / "README.md").read_text()
 

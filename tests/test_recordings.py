@@ -152,7 +152,7 @@ def test_prometheus_export_covers_the_range_with_target_labels(name):
     assert {n for n in data if not re.fullmatch(m["prometheus"]["series_regex"], n)} == set()
     ups = select(data, "up")
     assert sorted(ls["instance"] for ls, _ in ups) == sorted(t["instance"] for t in m["target_labels"].values())
-    for ls, vals in ups:
+    for _labels, vals in ups:
         assert vals[0][0] <= m["start"] + 5 and vals[-1][0] >= m["end"] - 5
         assert all(v == 1 for _, v in vals), "both targets up through the recording"
         ts = [t for t, _ in vals]

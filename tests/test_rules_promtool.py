@@ -3,8 +3,7 @@ with input series shaped exactly like real vLLM and sidecar output."""
 
 import pytest
 
-from promseries import (counter, expect, gauge, histogram, rules_by_alert, run_promtool, series,
-                        sidecar_labels, vllm_labels)
+from promseries import counter, expect, gauge, histogram, rules_by_alert, run_promtool, series, sidecar_labels, vllm_labels
 
 pytestmark = pytest.mark.prometheus
 
@@ -137,7 +136,8 @@ def busy_fleet(new_pod_tokens_per_min, minutes=DAY_B + 30):
         alive = (lambda m: m >= DAY_B) if new else (lambda m: True)
         out += [series("vllm:generation_tokens_total", v,
                        [x if alive(m) else None for m, x in enumerate(counter(
-                           lambda m: (new_pod_tokens_per_min if new else 60000) if alive(m) else 0, minutes))]),
+                           lambda m, new=new, alive=alive: (new_pod_tokens_per_min if new else 60000) if alive(m) else 0,
+                           minutes))]),
                 series("vllm_sidecar_gpu_mean_utilization_ratio", s, gauge(lambda m, a=alive: 0.97 if a(m) else None, minutes)),
                 series("vllm_sidecar_gpu_busy_low_throughput", {**s, "model_name": "llama-70b"},
                        gauge(lambda m, a=alive: 0 if a(m) else None, minutes))]

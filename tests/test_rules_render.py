@@ -6,11 +6,11 @@ import subprocess
 import pytest
 import yaml
 
+from conftest import ROOT, VLLM_PAGES
 from exporter.pack import rules as rules_mod
-from exporter.slo import load_slo
 from exporter.runtime.config import ConfigError
 from exporter.runtime.parser import parse
-from conftest import ROOT, VLLM_PAGES
+from exporter.slo import load_slo
 
 SLO = ROOT / "rules" / "slo.yaml"
 

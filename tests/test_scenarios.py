@@ -9,11 +9,11 @@ test_backtest_promtool.py), and one scenario again through promtool itself.
 import numpy as np
 import pytest
 
+from conftest import ROOT
 from exporter.harness.scenarios.catalog import SCENARIOS, churn_error_burst, seed_night
 from exporter.harness.scenarios.judge import backtest_timeline, judge, promtool_timeline
 from exporter.pack.rules import render_plain
 from exporter.slo import load_slo
-from conftest import ROOT
 
 RULES = ROOT / "rules" / "vllm.rules.yml"
 

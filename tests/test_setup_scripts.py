@@ -20,7 +20,7 @@ def test_two_first_runs_at_once_build_one_venv_and_both_use_it(tmp_path):
     runs = [subprocess.Popen([str(SETUP)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
             for _ in range(2)]
     outs = [p.communicate(timeout=600) for p in runs]
-    for p, (out, err) in zip(runs, outs):
+    for p, (_out, err) in zip(runs, outs):
         assert p.returncode == 0, err
     venv = tmp_path / "vllm-cpu-test"
     assert [o.strip().splitlines()[-1] for o, _ in outs] == [str(venv / "bin" / "python")] * 2

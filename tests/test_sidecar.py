@@ -3,10 +3,10 @@
 import pytest
 
 from exporter.harness import pagetransform as pt
-from exporter.runtime.collectors import DERIVED, POD_DERIVED, RESOLUTION, build_families
 from exporter.harness.fakenvml import FakeNvml, make_gpus
-from exporter.runtime.nvml import NvmlSource
+from exporter.runtime.collectors import DERIVED, POD_DERIVED, RESOLUTION, build_families
 from exporter.runtime.fetch import FetchError
+from exporter.runtime.nvml import NvmlSource
 from helpers import cfg, names, points, sample_value, sidecar_with, value
 
 M = "tiny-llama"
@@ -21,7 +21,7 @@ def scraped(pub):
 
 
 def test_input_missing_is_reported_per_metric(clock, after_load):
-    no_kv = pt.map_samples(after_load, lambda n, l, v: [] if n == "vllm:kv_cache_usage_perc" else None)
+    no_kv = pt.map_samples(after_load, lambda n, _labels, v: [] if n == "vllm:kv_cache_usage_perc" else None)
     sc, seq = sidecar_with(clock, cfg(poll_interval=1, window=10), no_kv)
     for _ in range(3):
         pub = sc.poll_once()

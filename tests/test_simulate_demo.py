@@ -5,15 +5,15 @@ import io
 
 import pytest
 
-from exporter.runtime import config
-from exporter.harness.demo import run_demo
-from exporter.runtime.parser import parse
-from exporter.harness.fakenvml import FakeNvml, make_gpus
-from exporter.runtime.nvml import NvmlSource
-from exporter.runtime.sidecar import Sidecar
-from exporter.harness.simulate import SimVllm, template_page
-from exporter.runtime.inputs import normalize
 from conftest import page
+from exporter.harness.demo import run_demo
+from exporter.harness.fakenvml import FakeNvml, make_gpus
+from exporter.harness.simulate import SimVllm, template_page
+from exporter.runtime import config
+from exporter.runtime.inputs import normalize
+from exporter.runtime.nvml import NvmlSource
+from exporter.runtime.parser import parse
+from exporter.runtime.sidecar import Sidecar
 from helpers import points, value
 
 
@@ -120,7 +120,7 @@ def test_restart_scenario_recovers_without_negative_rates():
         try:
             return sim.page()
         except ConnectionError:
-            raise FetchError("refused", "simulated vLLM down")
+            raise FetchError("refused", "simulated vLLM down") from None
     sc = Sidecar(cfg, fetch, NvmlSource(FakeNvml(gpus)), clock=lambda: sim.now)
     downs = 0
     for _ in range(60):

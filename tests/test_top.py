@@ -23,13 +23,24 @@ from exporter.harness.pageserver import PageServer
 from exporter.harness.simulate import SimVllm
 from exporter.runtime import config
 from exporter.runtime.collectors import DERIVED, POD_DERIVED
-from exporter.runtime.console import (DISTRIBUTIONS, OTHER, SCALARS, View, published_from_exposition)
+from exporter.runtime.console import DISTRIBUTIONS, OTHER, SCALARS, View, published_from_exposition
 from exporter.runtime.gpu import GpuReading, GpuState
 from exporter.runtime.nvml import NvmlSource
 from exporter.runtime.server import make_registry
 from exporter.runtime.sidecar import Sidecar
-from exporter.runtime.signals import (BusyLow, Lora, LoraAdapter, Caches, Distribution, KvQueue, Latency, ModelSignals, Prompts,
-                                      Signals, Throughput)
+from exporter.runtime.signals import (
+    BusyLow,
+    Caches,
+    Distribution,
+    KvQueue,
+    Latency,
+    Lora,
+    LoraAdapter,
+    ModelSignals,
+    Prompts,
+    Signals,
+    Throughput,
+)
 from exporter.runtime.state import Published
 
 # the KV line a saturated replica shows: usage 97%, six requests waiting, all for KV capacity

@@ -13,14 +13,15 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .promql.ast import MatrixSelector, SubqueryExpr, VectorSelector, Expr
+from .promql.ast import Expr, MatrixSelector, SubqueryExpr, VectorSelector
 from .promql.engine import DEFAULT_LOOKBACK_MS, Evaluator
-from .promql.lexer import PromQLSyntaxError
 from .promql.labels import MatcherSet
+from .promql.lexer import PromQLSyntaxError
 from .promql.parser import parse
 from .promql.vector import EvalError, Vec
 from .rulefile import Group, RuleFileError, groups_from_data, load_rule_file
-from .rules import Run, run as run_rules
+from .rules import Run
+from .rules import run as run_rules
 from .series import Store
 from .sources import Loaded, SourceError, fetch_prometheus, load_file
 from .summary import Summary, summarize

@@ -33,7 +33,8 @@ import numpy as np
 
 from ..pack.context import Ctx
 from ..pack.names import model_labels
-from ..pack.recording import capacity as capacity_family, capacity_names, recording_rules
+from ..pack.recording import capacity as capacity_family
+from ..pack.recording import capacity_names, recording_rules
 from .promql.ast import VectorSelector, walk
 from .promql.durations import format_duration
 from .promql.engine import DEFAULT_LOOKBACK_MS, Evaluator
@@ -41,7 +42,8 @@ from .promql.labels import Labels, drop_name, keep
 from .promql.parser import parse
 from .promql.vector import EvalError, Vec
 from .rulefile import Group, groups_from_data
-from .rules import RuleEvalError, run as run_rules
+from .rules import RuleEvalError
+from .rules import run as run_rules
 from .series import Store
 from .stats import crossing, linear_fit
 
@@ -260,7 +262,8 @@ def range_exprs(c: Ctx, range_ms: int) -> Dict[str, str]:
             out[f"{key}_p{q[2:].ljust(2, '0')}"] = \
                 f"histogram_quantile({q}, sum by ({svc}, le) (increase({hist}_bucket{s}[{r}])))"
     out["prefix_cache_hit_ratio"] = (f"(\n{ratio('vllm:prefix_cache_hits_total', 'vllm:prefix_cache_queries_total')}\n)"
-                                     f"\nor\n(\n{ratio('vllm:gpu_prefix_cache_hits_total', 'vllm:gpu_prefix_cache_queries_total')}\n)")
+                                     "\nor\n(\n"
+                                     f"{ratio('vllm:gpu_prefix_cache_hits_total', 'vllm:gpu_prefix_cache_queries_total')}\n)")
     out["spec_decode_acceptance"] = ratio("vllm:spec_decode_num_accepted_tokens_total",
                                           "vllm:spec_decode_num_draft_tokens_total")
     return out

@@ -30,11 +30,11 @@ DEFAULT_ONSET = 15.0
 
 def run_demo(scenario: str, duration: float, onset: Optional[float], listen: str, with_prometheus: bool,
              refresh: float, tty: bool, out: TextIO = sys.stdout) -> int:
+    from ..pack.rules import render_plain
+    from ..slo import load_slo
     from .fakenvml import FakeNvml, make_gpus
     from .localstack import SidecarThread, Stack
     from .pageserver import PageServer
-    from ..pack.rules import render_plain
-    from ..slo import load_slo
 
     gpus = make_gpus(2)
     sim = SimVllm(scenario, gpus=gpus)

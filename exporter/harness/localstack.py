@@ -21,7 +21,6 @@ from typing import Dict, List, Optional
 import yaml
 
 
-
 def free_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -15,8 +15,8 @@ from __future__ import annotations
 import gzip
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Deque, Optional
 
 

@@ -105,8 +105,10 @@ def prompts_and_cache(c: Ctx) -> List[Recording]:
         Recording(c.rec("vllm_long_prompt_requests", "ratio_rate"),
                   f"{long_rate}\n/ on ({by})\n({c.rate('vllm:request_prompt_tokens_count')} > 0)"),
         Recording(c.rec("vllm_prefix_cache_hit", "ratio_rate"),
-                  f"(\n  {c.rate('vllm:prefix_cache_hits_total')}\n  /\n  ({c.rate('vllm:prefix_cache_queries_total')} > 0)\n)\nor\n"
-                  f"(\n  {c.rate('vllm:gpu_prefix_cache_hits_total')}\n  /\n  ({c.rate('vllm:gpu_prefix_cache_queries_total')} > 0)\n)"),
+                  f"(\n  {c.rate('vllm:prefix_cache_hits_total')}\n  /\n"
+                  f"  ({c.rate('vllm:prefix_cache_queries_total')} > 0)\n)\nor\n"
+                  f"(\n  {c.rate('vllm:gpu_prefix_cache_hits_total')}\n  /\n"
+                  f"  ({c.rate('vllm:gpu_prefix_cache_queries_total')} > 0)\n)"),
     ]
 
 

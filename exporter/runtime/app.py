@@ -38,8 +38,8 @@ PROG = "vllm-sidecar-exporter"
 
 def make_gpu_source(cfg: Config, env: Mapping[str, str], nvml=None):
     """The GPU source the configuration asks for, or None."""
-    from .nvml import NvmlSource, load_nvml, visible_devices_from_env
     from .gpu import GpuUnavailable
+    from .nvml import NvmlSource, load_nvml, visible_devices_from_env
 
     log = logging.getLogger("vllm_sidecar")
     if cfg.gpu == "none":

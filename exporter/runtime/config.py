@@ -19,10 +19,10 @@ import ipaddress
 import math
 import os
 import re
-from dataclasses import dataclass, fields as dc_fields
+from dataclasses import dataclass
+from dataclasses import fields as dc_fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit, urlunsplit
-
 
 from ..errors import ConfigError
 from ..slo import is_duration, load_slo, read_yaml_mapping, seconds
@@ -57,7 +57,8 @@ FIELDS: Tuple[Field, ...] = (
           "client CA), bcrypt basic-auth users, response headers; re-read when it or a file it names "
           "changes (see Securing the listener)", spelling="--web.config.file"),
     Field("web_max_requests", "int", 40, "most /metrics scrapes in progress at once (one answered "
-          "from a body already built takes none); beyond it 503 with Retry-After (0: no limit)", lo=0, hi=100_000, spelling="--web.max-requests"),
+          "from a body already built takes none); beyond it 503 with Retry-After (0: no limit)",
+          lo=0, hi=100_000, spelling="--web.max-requests"),
     Field("web_max_connections", "int", 1000, "most open connections; when full, a new one pushes out "
           "the oldest that has not sent a request yet, then the oldest idle one", lo=8, hi=1_000_000,
           spelling="--web.max-connections"),

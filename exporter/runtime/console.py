@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from .gpu import THROTTLE_REASONS, GpuReading, GpuState
-from .signals import (BusyLow, Caches, Distribution, KvQueue, Latency, Lora, ModelSignals, Prompts, Signals,
-                      Throughput)
+from .signals import BusyLow, Caches, Distribution, KvQueue, Latency, Lora, ModelSignals, Prompts, Signals, Throughput
 from .state import Published
 
 LEVELS = {0: "ok", 1: "elevated", 2: "saturated", 3: "thrashing"}
@@ -94,7 +92,8 @@ class View:
             f"   waiting {fmt(kv.waiting, '', 0)} (for capacity {fmt(kv.waiting_for_capacity, '', 0)})"
             f"   preemptions {fmt(tp.preemptions_per_second, '/s')}   full in {fmt(kv.seconds_to_full, 's', 0)}",
             f"  prompts     long {fmt(pr.long_per_second, '/s')} ({fmt(pr.long_ratio, '%')})"
-            f"   length p95 {fmt(_q(pr.length, 0.95), ' tokens', 0)}   prefix-cache hits {fmt(m.caches.prefix_cache_hit_ratio, '%')}",
+            f"   length p95 {fmt(_q(pr.length, 0.95), ' tokens', 0)}"
+            f"   prefix-cache hits {fmt(m.caches.prefix_cache_hit_ratio, '%')}",
             f"  SLO         TTFT within objective {fmt(lat.ttft_slo_attainment, '%')}   speed within objective "
             f"{fmt(lat.itl_slo_attainment, '%')}   errors {fmt(tp.error_ratio, '%')}",
             f"  engine      stalled: {_yes(m.stalled)}",

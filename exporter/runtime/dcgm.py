@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from .fetch import REASONS as FETCH_REASONS, FetchError, PageFetcher
+from .fetch import REASONS as FETCH_REASONS
+from .fetch import FetchError, PageFetcher
 from .gpu import GpuReading, GpuState, GpuUnavailable
 from .parser import Parser
 

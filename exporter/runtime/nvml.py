@@ -171,9 +171,7 @@ class NvmlSource:
         c = self._value(d, "sm_clock", nv.nvmlDeviceGetClockInfo, 1)  # NVML_CLOCK_SM
         if c is not None:
             r.sm_clock_hertz = c * 1e6
-        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nv, "nvmlDeviceGetCurrentClocksThrottleReasons"
-        )
+        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
         tr = self._value(d, "throttle", fn)
         if tr is not None:
             r.throttle_reasons = int(tr)

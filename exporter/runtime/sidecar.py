@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, Optional, Tuple
 
 from .config import Config
-from .fetch import REASONS as VLLM_REASONS, FetchError
+from .fetch import REASONS as VLLM_REASONS
+from .fetch import FetchError
 from .gpu import GpuState, GpuUnavailable
 from .inputs import INPUTS, Caps, Reader, Snapshot
 from .logs import StateLog, summarize
@@ -202,7 +203,7 @@ class Sidecar:
             return None
         finally:
             self.poll_seconds["gpu"] = self.monotonic() - t0
-        for reason, message in state.errors:
+        for reason, _message in state.errors:
             key = ("gpu", reason)
             self.counters.errors[key] = self.counters.errors.get(key, 0) + 1
         failing = tuple(sorted(m for _, m in state.errors))

@@ -415,7 +415,6 @@ class Windows:
         keep = [i for i, key in enumerate(self._slot_keys) if key[2] in self._model_seen]
         if len(keep) == len(self._slot_keys):
             return
-        new_of = {old: new for new, old in enumerate(keep)}
         self._slot_keys = [self._slot_keys[i] for i in keep]
         self._agg = [self._agg[i] for i in keep]
         ring = self._ring

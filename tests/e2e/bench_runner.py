@@ -15,7 +15,8 @@ import sys
 
 
 def main() -> None:
-    from vllm.benchmarks.serve import add_cli_args, main as bench_main
+    from vllm.benchmarks.serve import add_cli_args
+    from vllm.benchmarks.serve import main as bench_main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     print("@@ready", flush=True)

@@ -37,10 +37,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from test_real_vllm import MODEL, Load, tiny_model, vllm_python
 
 from exporter.cli import main
 from exporter.harness.localstack import Process, SidecarThread, Stack, free_port, wait_until
-from test_real_vllm import MODEL, Load, tiny_model, vllm_python
 
 pytestmark = [pytest.mark.vllm, pytest.mark.prometheus]
 
@@ -190,7 +190,7 @@ def loop(tmp_path_factory):
         servers += [a, b]
         runner = BenchRunner(py, work)
         for s in servers:
-            wait_until(s.healthy, 400, every=1, what=f"{s.proc.name} /health", diag=lambda: s.proc.tail(40))
+            wait_until(s.healthy, 400, every=1, what=f"{s.proc.name} /health", diag=lambda s=s: s.proc.tail(40))
         for s in servers:
             sidecars.append(SidecarThread({"vllm_url": s.url, "poll_interval": 1, "gpu": "none", "slo": str(slo)}))
         la = {"namespace": "e2e", "pod": "vllm-a"}

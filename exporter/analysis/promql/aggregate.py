@@ -92,7 +92,7 @@ def aggregate(op: str, vec: Vec, grouping: Sequence[str], without: bool, param, 
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if op == "quantile":
             out = _quantile(members, param, G, S)
-            for v, p in members:
+            for _v, p in members:
                 present |= p
         else:
             out = np.zeros((G, S))
@@ -210,7 +210,7 @@ def _count_values(vec: Vec, grouping: Sequence[str], without: bool, label: str, 
     labels = list(out)
     if not labels:
         return empty(S)
-    C = np.array([out[l] for l in labels])
-    Kk = np.array([first_key[l] for l in labels])
+    C = np.array([out[lab] for lab in labels])
+    Kk = np.array([first_key[lab] for lab in labels])
     P = C > 0
     return build(labels, C, P, np.where(P, Kk, 0.0), times)

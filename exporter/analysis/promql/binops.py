@@ -199,7 +199,7 @@ def vector_vector(op: str, lhs: Vec, rhs: Vec, m: VectorMatching, return_bool: b
     for pair, i in enumerate(li):
         key = (msig[i],) if m.card == "one-to-one" else (msig[i], out_labels[pair])
         groups.setdefault(key, []).append(pair)
-    for key, pairs in groups.items():
+    for pairs in groups.values():
         if len(pairs) > 1:
             bad = np.nonzero(present[pairs].sum(axis=0) > 1)[0]
             if len(bad):

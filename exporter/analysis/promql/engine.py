@@ -38,8 +38,22 @@ import numpy as np
 
 from . import aggregate as agg
 from . import binops, functions
-from .ast import (SCALAR, AggregateExpr, BinaryExpr, Call, Expr, MatrixSelector, NumberLiteral, ParenExpr,
-                  StringLiteral, SubqueryExpr, UnaryExpr, VectorSelector, unwrap_parens, walk)
+from .ast import (
+    SCALAR,
+    AggregateExpr,
+    BinaryExpr,
+    Call,
+    Expr,
+    MatrixSelector,
+    NumberLiteral,
+    ParenExpr,
+    StringLiteral,
+    SubqueryExpr,
+    UnaryExpr,
+    VectorSelector,
+    unwrap_parens,
+    walk,
+)
 from .labels import Labels, MatcherSet, drop_name
 from .vector import EvalError, Vec, build, empty
 from .windows import RANGE_FUNCTIONS, Window, bounds, holt_winters, predict_linear, quantile_over_time

@@ -14,9 +14,30 @@ import math
 import re
 from typing import Dict, List, Optional, Tuple
 
-from .ast import (ARITHMETIC, COMPARISONS, MATRIX, SCALAR, SET_OPS, STRING, VECTOR, AggregateExpr, At,
-                  BinaryExpr, Call, Expr, Matcher, MatrixSelector, NumberLiteral, ParenExpr, StringLiteral,
-                  SubqueryExpr, UnaryExpr, VectorMatching, VectorSelector, unwrap_parens)
+from .ast import (
+    ARITHMETIC,
+    COMPARISONS,
+    MATRIX,
+    SCALAR,
+    SET_OPS,
+    STRING,
+    VECTOR,
+    AggregateExpr,
+    At,
+    BinaryExpr,
+    Call,
+    Expr,
+    Matcher,
+    MatrixSelector,
+    NumberLiteral,
+    ParenExpr,
+    StringLiteral,
+    SubqueryExpr,
+    UnaryExpr,
+    VectorMatching,
+    VectorSelector,
+    unwrap_parens,
+)
 from .durations import DurationError, parse_duration
 from .lexer import AGGREGATORS, PromQLSyntaxError, Token, tokenize, unquote
 

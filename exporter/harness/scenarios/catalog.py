@@ -18,7 +18,7 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .fleet import Fleet, Pod, PodState, pod_name
 from .series import Book
@@ -260,7 +260,6 @@ def production_trace(trace: str = "conv", history_h: float = 24.0, step: float =
     shorts = sorted(p for _, p, _ in rows if p <= long_tokens)
     share = len(longs) / len(rows)
     prompt_median = shorts[len(shorts) // 2]
-    out_mean = sum(o for _, _, o in rows) / len(rows)
     rate = len(rows) / rows[-1][0] * scale / pods
     n_hist = _steps(history_h, step)
     trace_steps = int(rows[-1][0] // step) + 1

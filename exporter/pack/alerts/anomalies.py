@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import List
 
-from ..context import Ctx, indent
-from .capacity import fleet_normal
+from ..context import Ctx
 from . import Alert
+from .capacity import fleet_normal
 
 
 def alerts(c: Ctx) -> List[Alert]:

@@ -19,7 +19,8 @@ def alerts(c: Ctx) -> List[Alert]:
     def xid_new(matcher: str) -> str:
         sel = s(matcher)
         return (f"sum by ({gl}, xid) (increase(vllm_sidecar_gpu_xid_errors_total{sel}[{hw}])) > 0\nor\n"
-                f"sum by ({gl}, xid) (vllm_sidecar_gpu_xid_errors_total{sel} unless vllm_sidecar_gpu_xid_errors_total{sel} offset {hw})")
+                f"sum by ({gl}, xid) (vllm_sidecar_gpu_xid_errors_total{sel}"
+                f" unless vllm_sidecar_gpu_xid_errors_total{sel} offset {hw})")
 
     return [
         Alert("GPUXidErrors", xid_new(f'xid=~"{fatal}"'),

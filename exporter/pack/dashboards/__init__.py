@@ -11,8 +11,7 @@ tags and links between them, and variables for cluster, namespace, model_name an
 ``render`` turns them into JSON, ConfigMaps and grafana-operator GrafanaDashboards.
 """
 
-from .render import (DASHBOARDS, K8S_PATH, OPERATOR_PATH, build_all, empty_ok, render_all, render_configmaps,
-                     render_operator)
+from .render import DASHBOARDS, K8S_PATH, OPERATOR_PATH, build_all, empty_ok, render_all, render_configmaps, render_operator
 
 __all__ = ["DASHBOARDS", "K8S_PATH", "OPERATOR_PATH", "build_all", "empty_ok", "render_all", "render_configmaps",
            "render_operator"]

@@ -10,12 +10,12 @@ from typing import List
 from prometheus_client.core import Metric
 
 from ..gpu import THROTTLE_REASONS, GpuState
-from .base import counter as _counter, gauge as _gauge
-
-
+from .base import counter as _counter
+from .base import gauge as _gauge
 
 _GPU_GAUGES = (
-    ("utilization", "gpu_utilization_ratio", "Share of the last sample period a kernel ran on the GPU (NVML utilization.gpu), 0-1."),
+    ("utilization", "gpu_utilization_ratio",
+     "Share of the last sample period a kernel ran on the GPU (NVML utilization.gpu), 0-1."),
     ("memory_used_bytes", "gpu_memory_used_bytes", "GPU memory in use."),
     ("memory_total_bytes", "gpu_memory_total_bytes", "GPU memory installed."),
     ("power_watts", "gpu_power_watts", "GPU power draw."),

@@ -8,8 +8,8 @@ from typing import List
 from prometheus_client.core import Metric
 
 from ..state import Published
-from .base import counter as _counter, gauge as _gauge
-
+from .base import counter as _counter
+from .base import gauge as _gauge
 
 
 def families(pub: Published) -> List[Metric]:

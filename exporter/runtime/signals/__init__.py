@@ -24,12 +24,23 @@ from ..inputs import Snapshot
 from ..windows import View, Windows
 from .anomaly import Baseline, busy_low, engine_stalled, mean_utilization, percentile
 from .caches import caches, counter_ratio
-from .capacity import (HORIZON_SECONDS, MIN_SLOPE_PER_SECOND, kv_and_queue, kv_pressure_level, seconds_to_full,
-                       time_to_full)
+from .capacity import HORIZON_SECONDS, MIN_SLOPE_PER_SECOND, kv_and_queue, kv_pressure_level, seconds_to_full, time_to_full
 from .latency import cap, distribution, latency, prompts, quantile_or_bound
 from .lora import lora
-from .results import (QUANTILES, BusyLow, Caches, Distribution, KvQueue, Latency, Lora, LoraAdapter, ModelSignals,
-                      Prompts, Signals, Throughput)
+from .results import (
+    QUANTILES,
+    BusyLow,
+    Caches,
+    Distribution,
+    KvQueue,
+    Latency,
+    Lora,
+    LoraAdapter,
+    ModelSignals,
+    Prompts,
+    Signals,
+    Throughput,
+)
 from .throughput import throughput
 
 __all__ = [
