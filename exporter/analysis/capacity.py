@@ -222,11 +222,12 @@ def _ctx(opts: Options) -> Ctx:
 
 def rule_groups(c: Ctx) -> Tuple[List[Group], Dict[str, str]]:
     """The pack's recording rules the model needs over history: the per-replica within-SLO and
-    sustained series, the per-model request and token rates, and what they read; in the pack's
+    sustained series, the best sustained per model, the per-model request and token rates, and
+    what they read; in the pack's
     order. The rules over the long windows (sustainable, peak, capacity, headroom) are evaluated
     once, at the end, by ``rules_at_end``."""
     names = capacity_names(c)
-    wanted = {names["within"], names["sustained"], c.mrec("vllm_requests_finished", "rate"),
+    wanted = {names["within"], names["sustained"], names["sustained_best"], c.mrec("vllm_requests_finished", "rate"),
               c.mrec("vllm_generation_tokens", "rate")}
     at_end = {names[k] for k in ("sustainable", "peak", "capacity", "headroom")}
     rules = [r for r in recording_rules(c) if r.record not in at_end]

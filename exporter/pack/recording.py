@@ -64,15 +64,23 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     held back for KV capacity: vLLM says so (``num_requests_waiting_by_reason{reason="capacity"}``);
     an older release does not, and then requests that wait while the batch runs below its recent
     peak are held back by the cache (the batch has room, nothing else stops them); requests
-    waiting behind a full batch are not."""
+    waiting behind a full batch are not.
+
+    The batch's peak is read from a series that only such older replicas have (the running batch
+    ``unless`` vLLM gives the reason): a day of samples per replica at every evaluation was the
+    pack's largest read, and a replica that gives the reason never uses its peak (the ``or``
+    keeps vLLM's own count), so on a fleet of current releases that read is empty."""
     by, s = c.by, c.s
     running = c.rec("vllm_requests_running", "sum")
+    running_old = c.rec("vllm_requests_running_old_release", "sum")
     waiting = c.rec("vllm_requests_waiting", "sum")
     cap = c.rec("vllm_requests_waiting_capacity", "sum")
+    by_reason = f"sum by ({by}) (vllm:num_requests_waiting_by_reason{s(CAPACITY)})"
     return [
         Recording(c.rec("vllm_kv_cache_usage", "max"),
                   f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor\nmax by ({by}) (vllm:gpu_cache_usage_perc{s()})"),
         Recording(running, f"sum by ({by}) (vllm:num_requests_running{s()})"),
+        Recording(running_old, f"{running}\nunless on ({by})\n{by_reason}"),
         Recording(waiting, f"sum by ({by}) (vllm:num_requests_waiting{s()})"),
         # per running request: what a replica's decoding speed is, whatever share of the traffic it gets
         # (a replica with less traffic has fewer running requests, not slower ones)
@@ -80,9 +88,10 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
                   f"{c.rec('vllm_generation_tokens', 'rate')}\n/ on ({c.by})\n"
                   f"(avg_over_time({c.rec('vllm_requests_running', 'sum')}[{c.W}]) > 0)"),
         Recording(cap,
-                  f"sum by ({by}) (vllm:num_requests_waiting_by_reason{s(CAPACITY)})\n"
+                  f"{by_reason}\n"
                   f"or\n(\n  {waiting} > 0\n  and on ({by})\n"
-                  f"  ({running} < {c.slo['kv_cache']['batch_room']} * max_over_time({running}[{c.windows['batch_peak']}]))\n)\n"
+                  f"  ({running} < {c.slo['kv_cache']['batch_room']}"
+                  f" * max_over_time({running_old}[{c.windows['batch_peak']}]))\n)\n"
                   f"or\n{waiting} * 0"),
         # 1 at an evaluation where requests are held back by the cache: waiting for its capacity,
         # preempted, or rejected; 0 otherwise (the KV alert averages it over a window)
@@ -245,6 +254,7 @@ def capacity_names(c: Ctx) -> Dict[str, str]:
     return {
         "within": c.rec("vllm_generation_tokens_within_slo", "rate"),
         "sustained": c.rec("vllm_generation_tokens_within_slo", "min_over_time" + cap["sustain"]),
+        "sustained_best": c.mrec("vllm_generation_tokens_sustained_per_replica", "max"),
         "sustainable": c.mrec("vllm_generation_tokens_sustainable_per_replica", "max_over_time" + cap["history"]),
         "peak": c.mrec("vllm_generation_tokens", "max_over_time" + cap["peak_window"]),
         "capacity": c.mrec("vllm_generation_tokens_capacity", "sum"),
@@ -256,7 +266,12 @@ def capacity(c: Ctx) -> List[Recording]:
     """Capacity headroom, watched: the generation throughput one replica sustains within every
     latency objective (the three latency alerts' conditions, all false) held for
     ``capacity.sustain``, its best over ``capacity.history`` across the model's replicas, times
-    the replicas serving now, against the model's peak over ``capacity.peak_window``."""
+    the replicas serving now, against the model's peak over ``capacity.peak_window``.
+
+    The best across replicas is recorded per model at each evaluation and the history read from
+    that one series: the maximum over time of the maximum over replicas is the same number as
+    the other way round, read from one series per model instead of one per replica that lived in
+    the last ``capacity.history`` (14 days of samples for each, at every evaluation)."""
     by, svc, o = c.by, c.svc, c.slo["objectives"]
     n = capacity_names(c)
     gen = c.rec("vllm_generation_tokens", "rate")
@@ -272,8 +287,8 @@ def capacity(c: Ctx) -> List[Recording]:
         Recording(n["sustained"],
                   f"min_over_time({n['within']}[{c.slo['capacity']['sustain']}])\n"
                   f"and on ({by})\n({n['within']} offset {c.slo['capacity']['sustain']})"),
-        Recording(n["sustainable"],
-                  f"max by ({svc}) (max_over_time({n['sustained']}[{c.slo['capacity']['history']}]))"),
+        Recording(n["sustained_best"], f"max by ({svc}) ({n['sustained']})"),
+        Recording(n["sustainable"], f"max_over_time({n['sustained_best']}[{c.slo['capacity']['history']}])"),
         Recording(n["peak"],
                   f"max_over_time({c.mrec('vllm_generation_tokens', 'rate')}[{c.slo['capacity']['peak_window']}])"),
         Recording(n["capacity"], f"{n['sustainable']}\n* on ({svc})\ncount by ({svc}) ({gen})"),
