@@ -1,0 +1,942 @@
+"""What the alerting pack costs a real Prometheus: series the recording rules add per pod and per
+model, the rule group's evaluation time, and the same Prometheus without rules and with the
+user's naive rules as baselines, all in one run.
+
+    python bench/bench_pack.py [--pods 100] [--scrape 15,5] [--warmup 330] [--measure 300]
+                               [--rules rules/vllm.rules.yml] [--variant NAME=RULEFILE ...]
+                               [--json FILE] [--keep DIR] [--write docs/performance.md]
+
+The fleet (one process of its own): ``--pods`` simulated vLLM servers (``SimVllm``: a real vLLM
+0.32.0 page with simulated values), each on its own port, and beside each its sidecar's page on a
+second port: a real ``Sidecar`` polling that pod's page in-process (with simulated GPUs through
+the stand-in NVML) and its exposition built by the real collectors, as the sidecar's listener
+encodes it (text or OpenMetrics, as asked; gzip when asked). Pods are spread over two
+namespaces and three models; a tenth of them idle, a tenth busy (their queue builds), one in KV
+trouble (``kv-thrashing``), one in a long-prompt storm, two answering a share of requests with
+HTTP 5xx. The simulators advance and the sidecars poll every ``--tick`` seconds (5 s; the
+sidecar's default is 2 s: that changes values, not series).
+
+Prometheus (the installed one, 2.42 here) runs once per instance, all at the same time, scraping
+the same fleet every ``--scrape`` seconds (``namespace`` and ``pod`` as static target labels, as
+a PodMonitor gives them), rules evaluated every 30 s (prometheus-operator's default
+``evaluationInterval``):
+
+- ``none``: no rule file (the baseline for series and ingestion);
+- ``naive``: the user's four naive alerts (exporter/harness/data/naive.rules.yml);
+- ``pack``: the pack (``--rules``);
+- one instance per ``--variant NAME=FILE`` (e.g. the pack before a change, in the same run).
+
+The pack reads windows up to 14 days (capacity), 3 days (burn rates) and 1 day (baselines). A run
+lasts minutes, so before an instance starts, every series its rules read over a window longer
+than the warm-up is backfilled (``promtool tsdb create-blocks-from openmetrics``) up to the
+moment it starts: recorded series at the evaluation interval, raw ones (vLLM's and the
+sidecar's, with the exact labels the live targets have) at the scrape interval, so every window
+is full from the first evaluation (every read longer than the warm-up is backfilled, so a
+warm-up of five and a half minutes fills the 5-minute rate windows live and the rest from the
+backfill); then ``--measure`` seconds are measured.
+
+Measured, from Prometheus itself: ``/api/v1/rules`` every 5 s (each group's and each rule's
+``evaluationTime`` at every distinct ``lastEvaluation``), its ``/metrics`` at the start and end
+of the measurement (``prometheus_tsdb_head_series``, samples appended, rule group iterations
+and missed iterations, ``prometheus_rule_evaluation_duration_seconds``, evaluation failures,
+process CPU and memory), the output series of each recording rule (``count``), and for each
+rule the samples its expression reads (an instant query with ``stats=all``: Prometheus'
+``totalQueryableSamples``, a count that does not depend on how busy the machine is). Times do;
+the report gives the load average beside them.
+
+Every process started here is stopped by its process group at the end, also on failure or
+Ctrl-C. Not a test: nothing asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import math
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import types
+import urllib.parse
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+NAIVE = ROOT / "exporter/harness/data/naive.rules.yml"
+PACK = ROOT / "rules/vllm.rules.yml"
+EVAL_INTERVAL = 30.0
+SECTION = "## The pack on Prometheus"
+SECTION_INTRO = """`bench/bench_pack.py` (`make bench-pack`) runs a real Prometheus per rule set, all at once,
+scraping one simulated fleet: 100 pods (a simulated vLLM 0.32.0 page each and its real sidecar's
+page), three models in two namespaces, some idle, some busy, one thrashing its KV cache, one in a
+long-prompt storm, two answering a share of requests with 5xx. `none` has no rules (the baseline
+for series and ingestion), `naive` the user's four naive alerts, `pack` this pack, and each
+`--variant` another rule file in the same run (below: `before`, the pack before its long reads
+were made per-model). Windows longer than the warm-up are backfilled first, so the 1-day, 3-day
+and 14-day reads read full windows from the first evaluation. "Samples read" is Prometheus' own
+count (`stats=all`), independent of how busy the machine is; times are not, and the load average
+is given beside them.
+
+What a user should expect: the recording rules add about as many series per pod as the
+"per pod" figure below (a pod that serves no traffic adds fewer: some rules record only where
+there is something to divide), plus a few per model; on a fleet of P pods and M models,
+`P x per pod + M x per model` series. The alerts add `ALERTS` and `ALERTS_FOR_STATE` series
+only while they are pending or firing.
+
+Measured on {machine}, Python {python}, {prometheus}:
+"""
+MODELS = (  # (namespace, model, share of the pods)
+    ("llm-prod", "llama-3.1-70b-instruct", 0.60),
+    ("llm-prod", "qwen2.5-7b-instruct", 0.25),
+    ("llm-batch", "mistral-7b-instruct", 0.15),
+)
+
+
+# -- the fleet --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PodSpec:
+    index: int
+    namespace: str
+    pod: str
+    model: str
+    scenario: str
+    arrival_rate: float
+    http_error_share: float
+    seed: int
+
+    @property
+    def load(self) -> str:
+        if self.scenario != "normal":
+            return self.scenario
+        if self.arrival_rate == 0:
+            return "idle"
+        return "busy" if self.arrival_rate >= 6 else "normal"
+
+
+def fleet_specs(n: int, seed: int = 1) -> List[PodSpec]:
+    """``n`` pods over the models of MODELS (in their shares), with varied load: every tenth pod
+    idle, every tenth busy, pod 3 in KV trouble, pod 13 in a long-prompt storm, pods 4 and 14
+    failing 2 % of their HTTP requests, the rest at 1 to 3 requests/s."""
+    rng = random.Random(seed)
+    bounds, acc = [], 0.0
+    for ns, model, share in MODELS:
+        acc += share
+        bounds.append((round(acc * n), ns, model))
+    out = []
+    for i in range(n):
+        ns, model = next((b[1], b[2]) for b in bounds if i < b[0] or b is bounds[-1])
+        scenario, rate = "normal", round(rng.uniform(1.0, 3.0), 2)
+        if i % 10 == 1:
+            rate = 0.0
+        elif i % 10 == 2:
+            rate = 7.0
+        if i == 3:
+            scenario = "kv-thrashing"
+        elif i == 13:
+            scenario = "long-prompt-storm"
+        err = 0.02 if i in (4, 14) else 0.0
+        out.append(PodSpec(i, ns, f"vllm-{model.split('-')[0]}-{i:03d}", model, scenario, rate, err, seed * 1000 + i))
+    return out
+
+
+HTTP_2XX = re.compile(r'^(http_requests_total\{handler="/v1/completions",method="POST",status="2xx"\}) \S+$', re.M)
+
+
+class Pod:
+    """One simulated vLLM pod and its sidecar, advanced by ``tick``; pages kept as bodies."""
+
+    def __init__(self, spec: PodSpec, tick: float) -> None:
+        import logging
+
+        from exporter.harness.fakenvml import FakeNvml, make_gpus
+        from exporter.harness.simulate import SimVllm
+        from exporter.runtime import config
+        from exporter.runtime.app import make_gpu_source
+        from exporter.runtime.sidecar import Sidecar
+
+        logging.getLogger("vllm_sidecar").setLevel(logging.ERROR)
+        self.spec = spec
+        self.gpus = make_gpus(2)
+        self.sim = SimVllm(spec.scenario, model=spec.model, gpus=self.gpus, seed=spec.seed,
+                           arrival_rate=spec.arrival_rate, onset=0.0 if spec.scenario == "kv-thrashing" else 120.0)
+        self.errors = 0.0
+        self.last_step = time.monotonic()
+        self.text = self._page()
+        cfg = config.build({"poll_interval": tick, "window": 60, "gpu": "nvml", "log_level": "error"}, {})
+        self.sidecar = Sidecar(cfg, lambda: self.text, make_gpu_source(cfg, {}, nvml=FakeNvml(self.gpus)))
+        self.sidecar.poll_once()
+        self.version = 0
+        self.bodies: Dict[tuple, Tuple[int, bytes, str]] = {}
+
+    def _page(self) -> str:
+        """vLLM's page, with its HTTP server's request counter following the finished requests
+        (the simulator leaves the template's value) and, on a failing pod, 5xx answers."""
+        text = self.sim.page()
+        c = self.sim.c
+        done = c["stop"] + c["length"]
+        share = self.spec.http_error_share
+        ok, bad = done * (1 - share), done * share
+        text = HTTP_2XX.sub(lambda m: f"{m.group(1)} {ok:.1f}", text)
+        if share:
+            text = text.replace(
+                'http_requests_total{handler="/v1/completions",method="POST",status="2xx"}',
+                f'http_requests_total{{handler="/v1/completions",method="POST",status="5xx"}} {bad:.1f}\n'
+                'http_requests_total{handler="/v1/completions",method="POST",status="2xx"}', 1)
+        return text
+
+    def advance(self) -> None:
+        now = time.monotonic()
+        dt, self.last_step = now - self.last_step, now
+        while dt > 1e-3:
+            step = min(1.0, dt)
+            self.sim.step(step)
+            dt -= step
+        self.text = self._page()
+        self.sidecar.poll_once()
+        self.version += 1
+
+    def body(self, kind: str, accept: str, gz: bool) -> Tuple[bytes, str]:
+        from prometheus_client.exposition import choose_encoder
+
+        from exporter.runtime.server import CLOSE_REASONS, REJECT_REASONS, _Families, _ListenerCollector
+
+        if kind == "vllm":
+            ctype = "text/plain; version=0.0.4; charset=utf-8"  # vLLM answers text whatever is asked
+        else:
+            encoder, ctype = choose_encoder(accept)
+        key = (kind, ctype, gz)
+        hit = self.bodies.get(key)
+        if hit is not None and hit[0] == self.version:
+            return hit[1], hit[2]
+        if kind == "vllm":
+            raw = self.text.encode()
+        else:
+            stub = types.SimpleNamespace(_conns=(), rejected={r: 0 for r in REJECT_REASONS},
+                                         closed={r: 0 for r in CLOSE_REASONS},
+                                         web=types.SimpleNamespace(enabled=False))
+            raw = encoder(_Families(self.sidecar.published, _process(), _ListenerCollector(stub)))
+        out = gzip.compress(raw, 5) if gz else raw
+        self.bodies[key] = (self.version, out, ctype)
+        return out, ctype
+
+
+_PROCESS = None
+
+
+def _process():
+    global _PROCESS
+    if _PROCESS is None:
+        from prometheus_client.process_collector import ProcessCollector
+
+        _PROCESS = ProcessCollector(namespace="vllm_sidecar", registry=None)
+    return _PROCESS
+
+
+class _Http(asyncio.Protocol):
+    """HTTP/1.1 keep-alive, GET only: enough for Prometheus' scrapes."""
+
+    def __init__(self, pod: Pod, kind: str) -> None:
+        self.pod, self.kind, self.buf, self.t = pod, kind, b"", None
+
+    def connection_made(self, transport) -> None:
+        self.t = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while b"\r\n\r\n" in self.buf:
+            head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+            lines = head.decode("latin-1").split("\r\n")
+            headers = {}
+            for line in lines[1:]:
+                k, _, v = line.partition(":")
+                headers[k.strip().lower()] = v.strip()
+            gz = "gzip" in headers.get("accept-encoding", "")
+            body, ctype = self.pod.body(self.kind, headers.get("accept", ""), gz)
+            extra = "Content-Encoding: gzip\r\n" if gz else ""
+            self.t.write(f"HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n{extra}\r\n"
+                         .encode() + body)
+
+
+def run_fleet(pods: int, tick: float, seed: int) -> None:
+    """The fleet process: prints one JSON line (the pods and their ports), serves until its
+    standard input closes (the parent is gone) or SIGTERM."""
+    specs = fleet_specs(pods, seed)
+    fleet = [Pod(s, tick) for s in specs]
+    loop = asyncio.new_event_loop()
+    servers, ports = [], []
+    for p in fleet:
+        pair = []
+        for kind in ("vllm", "sidecar"):
+            srv = loop.run_until_complete(loop.create_server(lambda p=p, k=kind: _Http(p, k), "127.0.0.1", 0))
+            servers.append(srv)
+            pair.append(srv.sockets[0].getsockname()[1])
+        ports.append(pair)
+    stop = threading.Event()
+
+    def ticker() -> None:
+        while not stop.wait(max(0.0, tick - (time.monotonic() % tick))):
+            for p in fleet:
+                p.advance()
+
+    threading.Thread(target=ticker, daemon=True).start()
+    threading.Thread(target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(loop.stop)), daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda *_: loop.call_soon_threadsafe(loop.stop))
+    print(json.dumps([{**asdict(s), "vllm_port": vp, "sidecar_port": sp} for s, (vp, sp) in zip(specs, ports)]),
+          flush=True)
+    try:
+        loop.run_forever()
+    finally:
+        stop.set()
+        for s in servers:
+            s.close()
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+class Proc:
+    """A child in a session of its own, stopped by its process group."""
+
+    def __init__(self, name: str, args: List[str], log: Path, stdin=None, stdout=None) -> None:
+        self.name = name
+        self.log = open(log, "w")
+        self.p = subprocess.Popen(args, stdout=stdout or self.log, stderr=self.log, stdin=stdin,
+                                  start_new_session=True, cwd=ROOT)
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+                try:
+                    os.killpg(self.p.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.p.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        self.log.close()
+
+
+def free_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def get(url: str, timeout: float = 30.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read()
+
+
+def api(base: str, path: str, **params) -> dict:
+    q = ("?" + urllib.parse.urlencode(params)) if params else ""
+    data = json.loads(get(base + path + q))
+    if data.get("status") != "success":
+        raise RuntimeError(f"{path}: {data}")
+    return data["data"]
+
+
+def prom_metrics(base: str) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for fam in text_string_to_metric_families(get(base + "/metrics").decode()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def pick(metrics, name: str, **labels) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in metrics.items() if n == name and want <= set(ls))
+
+
+# -- what the rules read --------------------------------------------------------------------------
+
+def load_rules(path: Path) -> List[dict]:
+    doc = yaml.safe_load(path.read_text()) or {}
+    return [dict(r, _group=g["name"]) for g in doc.get("groups", []) for r in g.get("rules", [])]
+
+
+def rule_id(rule: dict, rules: Sequence[dict]) -> str:
+    """The rule's name, with the labels that tell it from others of the same name."""
+    name = rule.get("record") or rule.get("alert")
+    same = [r for r in rules if (r.get("record") or r.get("alert")) == name]
+    if len(same) == 1:
+        return name
+    labels = rule.get("labels") or {}
+    keys = [k for k in sorted(labels) if len({(r.get("labels") or {}).get(k) for r in same}) > 1]
+    return name + "{" + ",".join(f'{k}="{labels[k]}"' for k in keys) + "}"
+
+
+def long_reads(rules: Sequence[dict], longer_than_s: float) -> Dict[str, float]:
+    """Metric name -> the furthest back (range + offset, seconds) any rule reads it, for the range
+    selectors that reach further back than ``longer_than_s``."""
+    from exporter.analysis.promql.ast import MatrixSelector, SubqueryExpr, walk
+    from exporter.analysis.promql.parser import parse
+
+    out: Dict[str, float] = {}
+    for r in rules:
+        for node in walk(parse(r["expr"])):
+            if isinstance(node, MatrixSelector):
+                name, back = node.selector.name, (node.range_ms + max(0, node.selector.offset_ms)) / 1000
+            elif isinstance(node, SubqueryExpr):
+                raise ValueError(f"{rule_id(r, rules)}: subqueries are not backfilled by this benchmark")
+            else:
+                continue
+            if name and back > longer_than_s:
+                out[name] = max(out.get(name, 0.0), back)
+    return out
+
+
+def _series_value(name: str, key: str, t: float) -> float:
+    """A plausible value of a backfilled series at ``t``: a daily cycle with noise, per series
+    (the values only shape the chunks' compression; the cost is in the samples)."""
+    h = (hash(key) % 1000) / 1000
+    day = 0.5 + 0.5 * math.sin(2 * math.pi * (t / 86400 + h))
+    noise = random.random()
+    if name.startswith("namespace_pod_model:vllm_requests_running") or name == "vllm:num_requests_running":
+        return float(round(32 * day * (0.4 + 0.6 * h) + 2 * noise))
+    if "availability_errors" in name:
+        return 0.002 * (1 + day) * noise
+    if "availability_requests" in name or "requests_finished" in name:
+        return 60 * (1 + day) + noise
+    if "prefix_cache_hit" in name:
+        return 0.3 + 0.1 * noise
+    if "long_prompt" in name:
+        return 0.01 * noise
+    if "generation_tokens" in name:
+        return 600 * (0.5 + day) + 20 * noise
+    if name.endswith("_info"):
+        return 1.0
+    return day + noise
+
+
+def backfill_text(reads: Dict[str, float], series: Dict[str, list], recorded: Sequence[str], end: float,
+                  scrape_s: float, eval_s: float) -> Tuple[str, int]:
+    """OpenMetrics text (``promtool tsdb create-blocks-from openmetrics``) with every series of
+    ``series`` (name -> [(labels, value or None)]) whose name is in ``reads``, back as far as it is
+    read plus ten minutes, ending at ``end``. Names in ``recorded`` (the rules' own outputs) at the
+    evaluation interval, with made-up values (value None: a daily cycle); the others (scraped) at
+    the scrape interval, holding their value (a counter neither increases nor resets in its past).
+    Returns the text and the number of samples."""
+    lines, n = [], 0
+    for name, back in sorted(reads.items()):
+        sets = series.get(name, [])
+        if not sets:
+            continue
+        step = eval_s if name in recorded else scrape_s
+        start = end - back - 600
+        lines.append(f"# TYPE {name} gauge")
+        for labels, value in sets:
+            lab = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+            key = name + lab
+            t = start
+            while t < end:
+                v = _series_value(name, key, t) if value is None else value
+                lines.append(f"{name}{{{lab}}} {v:.6g} {t:.3f}")
+                t += step
+                n += 1
+    lines.append("# EOF")
+    return "\n".join(lines) + "\n", n
+
+
+def live_series(pods: Sequence[dict], names: Sequence[str]) -> Dict[str, List[Tuple[dict, float]]]:
+    """For each raw metric name, the series the fleet serves now: (labels with the target labels
+    added: job, instance, namespace, pod; value), read from every pod's pages."""
+    from exporter.runtime.parser import parse
+
+    out: Dict[str, List[Tuple[dict, float]]] = {}
+    wanted = set(names)
+    for p in pods:
+        for job, port in (("vllm", p["vllm_port"]), ("vllm-sidecar", p["sidecar_port"])):
+            text = get(f"http://127.0.0.1:{port}/metrics").decode()
+            for s in parse(text).samples:
+                if s.name in wanted:
+                    out.setdefault(s.name, []).append(({**dict(s.labels), "job": job, "instance": f"127.0.0.1:{port}",
+                                                        "namespace": p["namespace"], "pod": p["pod"]}, s.value))
+    return out
+
+
+# -- one run --------------------------------------------------------------------------------------
+
+def prom_config(pods: Sequence[dict], scrape_s: float, rule_files: Sequence[Path]) -> dict:
+    def job(name: str, port_key: str) -> dict:
+        return {"job_name": name,
+                "static_configs": [{"targets": [f"127.0.0.1:{p[port_key]}"],
+                                    "labels": {"namespace": p["namespace"], "pod": p["pod"]}} for p in pods]}
+
+    return {"global": {"scrape_interval": f"{scrape_s:g}s", "scrape_timeout": f"{min(scrape_s, 10):g}s",
+                       "evaluation_interval": f"{EVAL_INTERVAL:g}s"},
+            "rule_files": [str(f) for f in rule_files],
+            "scrape_configs": [job("vllm", "vllm_port"), job("vllm-sidecar", "sidecar_port")]}
+
+
+@dataclass
+class Instance:
+    name: str
+    rule_files: List[Path]
+    port: int = 0
+    proc: Optional[Proc] = None
+    backfilled_samples: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def _launch(inst: Instance, d: Path, pods: List[dict], scrape_s: float) -> None:
+    (d / "prometheus.yml").write_text(yaml.safe_dump(prom_config(pods, scrape_s, inst.rule_files)))
+    inst.port = free_port()
+    inst.proc = Proc(f"prometheus-{inst.name}", [
+        "prometheus", f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
+        f"--web.listen-address=127.0.0.1:{inst.port}", "--storage.tsdb.retention.time=15d",
+        "--log.level=warn"], d / "prometheus.log")
+
+
+def _ready(instances: List[Instance], work: Path) -> None:
+    for inst in instances:
+        end = time.monotonic() + 120
+        while True:
+            try:
+                if get(inst.url + "/-/ready", 2):
+                    break
+            except Exception as exc:  # noqa: BLE001 - not up yet
+                if inst.proc.p.poll() is not None or time.monotonic() > end:
+                    raise RuntimeError(f"prometheus {inst.name} did not start: see {work} ({inst.name})") from exc
+                time.sleep(0.5)
+
+
+def needs_history(name: str, exprs: Dict[str, str], seen: Optional[set] = None) -> bool:
+    """Whether the rule recording ``name`` (or a recorded series it reads) reads the past with
+    ``offset``: a probe without history records nothing there, yet a Prometheus that has run for
+    long records it for every replica (the capacity family's sustained level)."""
+    seen = set() if seen is None else seen
+    if name in seen or name not in exprs:
+        return False
+    seen.add(name)
+    expr = exprs[name]
+    return " offset " in expr or any(other in expr and needs_history(other, exprs, seen) for other in exprs
+                                     if other != name)
+
+
+def level_label_sets(name: str, pods: Sequence[dict]) -> List[dict]:
+    """The label sets a recording level (``namespace_pod_model:...``) has on this fleet: one per
+    pod, or per (namespace, model)."""
+    keys = ["model_name" if part == "model" else part for part in name.split(":", 1)[0].split("_")]
+    field = {"namespace": "namespace", "pod": "pod", "model_name": "model"}
+    out: List[dict] = []
+    for p in pods:
+        labels = {k: p[field[k]] for k in keys}
+        if labels not in out:
+            out.append(labels)
+    return out
+
+
+def probe_recorded(instances: List[Instance], pods: List[dict], scrape_s: float, work: Path,
+                   names: Dict[str, List[str]], say) -> Dict[str, Dict[str, list]]:
+    """The series each instance's rules record under ``names[instance]`` on this fleet: each
+    instance runs for three evaluations (with four scrapes or more: every rate has two points),
+    without history, and is asked; then stopped and its data thrown away. Backfilling every pod
+    for a recorded series would be wrong where the rule records only some of them."""
+    probing = [i for i in instances if names.get(i.name)]
+    if not probing:
+        return {}
+    probes = [Instance(i.name, i.rule_files) for i in probing]
+    try:
+        for p in probes:
+            d = work / f"probe-{p.name}"
+            (d / "data").mkdir(parents=True)
+            _launch(p, d, pods, scrape_s)
+        _ready(probes, work)
+        time.sleep(max(4 * scrape_s, 0))
+        end = time.monotonic() + 300
+        while any(pick(prom_metrics(p.url), "prometheus_rule_group_iterations_total") < 3 for p in probes):
+            if time.monotonic() > end:
+                raise RuntimeError("the probe's rules did not evaluate three times in 5 minutes")
+            time.sleep(5)
+        out: Dict[str, Dict[str, list]] = {}
+        for p in probes:
+            got = out.setdefault(p.name, {})
+            exprs = {r["record"]: r["expr"] for f in p.rule_files for r in load_rules(f) if "record" in r}
+            for name in names[p.name]:
+                res = api(p.url, "/api/v1/query", query=f'{{__name__="{name}"}}')["result"]
+                got[name] = [({k: v for k, v in x["metric"].items() if k != "__name__"}, None) for x in res]
+                if not got[name] and needs_history(name, exprs):
+                    got[name] = [(labels, None) for labels in level_label_sets(name, pods)]
+        say("  probe: recorded series to backfill: " + "; ".join(
+            f"{i}: " + ", ".join(f"{n.split(':')[1]} {len(v)}" for n, v in got.items()) for i, got in out.items()))
+        return out
+    finally:
+        for p in probes:
+            if p.proc:
+                p.proc.stop()
+            shutil.rmtree(work / f"probe-{p.name}", ignore_errors=True)
+
+
+def start_instances(instances: List[Instance], pods: List[dict], scrape_s: float, work: Path, warmup: float,
+                    say) -> None:
+    reads_all, recorded_all = {}, {}
+    for inst in instances:
+        rules = [r for f in inst.rule_files for r in load_rules(f)]
+        reads_all[inst.name] = long_reads(rules, warmup)
+        recorded_all[inst.name] = sorted({r["record"] for r in rules if "record" in r} & set(reads_all[inst.name]))
+    raw = sorted({n for inst in instances for n in reads_all[inst.name] if n not in recorded_all[inst.name]})
+    live = live_series(pods, raw) if raw else {}
+    probed = probe_recorded(instances, pods, scrape_s, work, recorded_all, say)
+    for inst in instances:
+        d = work / inst.name
+        (d / "data").mkdir(parents=True)
+        reads = reads_all[inst.name]
+        if reads:
+            series = {**live, **probed.get(inst.name, {})}
+            text, n = backfill_text(reads, series, recorded_all[inst.name], time.time() - 1, scrape_s, EVAL_INTERVAL)
+            (d / "backfill.om").write_text(text)
+            t0 = time.monotonic()
+            subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", str(d / "backfill.om"),
+                            str(d / "data")], check=True, cwd=d, stdout=subprocess.DEVNULL)
+            (d / "backfill.om").unlink()
+            inst.backfilled_samples = n
+            say(f"  {inst.name}: backfilled {n:,} samples of the series its rules read further back than the warm-up "
+                f"({', '.join(f'{k} {v / 3600:g}h' for k, v in sorted(reads.items()))}) in {time.monotonic() - t0:.0f} s")
+        _launch(inst, d, pods, scrape_s)
+    _ready(instances, work)
+
+
+class RulePoller:
+    """Every distinct evaluation of every group, from /api/v1/rules: the group's time and each
+    rule's, and the health of each rule."""
+
+    def __init__(self, inst: Instance) -> None:
+        self.inst = inst
+        self.groups: Dict[str, Dict[str, dict]] = {}  # group -> lastEvaluation -> {"t": s, "rules": [s...]}
+        self.errors: Dict[str, str] = {}
+
+    def poll(self) -> None:
+        for g in api(self.inst.url, "/api/v1/rules")["groups"]:
+            evals = self.groups.setdefault(g["name"], {})
+            key = g.get("lastEvaluation")
+            if not key or key.startswith("0001") or key in evals:
+                continue
+            evals[key] = {"t": g["evaluationTime"], "rules": [r.get("evaluationTime", 0.0) for r in g["rules"]]}
+            for r in g["rules"]:
+                if r.get("health") == "err":
+                    self.errors[r.get("name", "?")] = r.get("lastError", "")
+
+
+def load_average() -> Tuple[float, float, float]:
+    return os.getloadavg()
+
+
+def measure_run(scrape_s: float, args, say) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="bench-pack-", dir=args.keep or None))
+    procs: List[Proc] = []
+    instances = [Instance("none", []), Instance("naive", [NAIVE]), Instance("pack", [Path(args.rules).resolve()])]
+    for v in args.variant:
+        name, _, path = v.partition("=")
+        instances.append(Instance(name, [Path(path).resolve()]))
+    try:
+        fleet = Proc("fleet", [sys.executable, str(Path(__file__).resolve()), "fleet", "--pods", str(args.pods),
+                               "--tick", str(min(args.tick, scrape_s)), "--seed", str(args.seed)],
+                     work / "fleet.log", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        procs.append(fleet)
+        pods = json.loads(fleet.p.stdout.readline() or "null") or []
+        if len(pods) != args.pods:
+            raise RuntimeError(f"the fleet did not start: see {work / 'fleet.log'}")
+        say(f"scrape every {scrape_s:g} s: fleet of {len(pods)} pods up; starting {len(instances)} Prometheus")
+        start_instances(instances, pods, scrape_s, work, args.warmup, say)
+        procs.extend(i.proc for i in instances)
+        t_start = time.time()
+        say(f"  warm-up {args.warmup:.0f} s (load average {load_average()[0]:.1f})")
+        time.sleep(args.warmup)
+        pollers = {i.name: RulePoller(i) for i in instances}
+        before = {i.name: prom_metrics(i.url) for i in instances}
+        load = [load_average()]
+        t0 = time.monotonic()
+        say(f"  measuring {args.measure:.0f} s")
+        while time.monotonic() - t0 < args.measure:
+            for p in pollers.values():
+                p.poll()
+            load.append(load_average())
+            time.sleep(5)
+        for p in pollers.values():
+            p.poll()
+        elapsed = time.monotonic() - t0
+        after = {i.name: prom_metrics(i.url) for i in instances}
+        load.append(load_average())
+        result = {"scrape_s": scrape_s, "eval_s": EVAL_INTERVAL, "pods": pods, "warmup_s": args.warmup,
+                  "measure_s": elapsed, "started": t_start,
+                  "load_1m": [la[0] for la in load], "instances": {}}
+        for inst in instances:
+            result["instances"][inst.name] = instance_result(inst, pollers[inst.name], before[inst.name],
+                                                             after[inst.name], elapsed, pods)
+        return result
+    finally:
+        for p in reversed(procs):
+            p.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            say(f"  kept {work}")
+
+
+def instance_result(inst: Instance, poller: RulePoller, before, after, elapsed: float, pods: List[dict]) -> dict:
+    rules = [r for f in inst.rule_files for r in load_rules(f)]
+    out: dict = {"rule_files": [str(f) for f in inst.rule_files], "backfilled_samples": inst.backfilled_samples}
+    d = lambda name, **kw: pick(after, name, **kw) - pick(before, name, **kw)  # noqa: E731
+    out["head_series"] = pick(after, "prometheus_tsdb_head_series")
+    out["samples_appended_per_s"] = d("prometheus_tsdb_head_samples_appended_total") / elapsed
+    out["cpu_s_per_s"] = d("process_cpu_seconds_total") / elapsed
+    out["rss_bytes"] = pick(after, "process_resident_memory_bytes")
+    out["heap_inuse_bytes"] = pick(after, "go_memstats_heap_inuse_bytes")
+    out["scrape_samples"] = None
+    out["iterations"] = d("prometheus_rule_group_iterations_total")
+    out["iterations_missed"] = pick(after, "prometheus_rule_group_iterations_missed_total")
+    out["evaluation_failures"] = pick(after, "prometheus_rule_evaluation_failures_total")
+    out["rule_eval_summary"] = {q: pick(after, "prometheus_rule_evaluation_duration_seconds", quantile=q)
+                                for q in ("0.5", "0.9", "0.99")}
+    out["rule_eval_count"] = d("prometheus_rule_evaluation_duration_seconds_count")
+    out["rule_eval_sum_s"] = d("prometheus_rule_evaluation_duration_seconds_sum")
+    out["group_last_samples"] = pick(after, "prometheus_rule_group_last_evaluation_samples")
+    out["rule_errors"] = poller.errors
+    w = f"{int(elapsed)}s"
+    # one instant for both counts (two queries a moment apart can see one scrape more in the second)
+    now = time.time()
+    ok = api(inst.url, "/api/v1/query", query=f"sum(sum_over_time(up[{w}]))", time=now)["result"]
+    tried = api(inst.url, "/api/v1/query", query=f"sum(count_over_time(up[{w}]))", time=now)["result"]
+    dur = api(inst.url, "/api/v1/query", query=f"quantile(0.99, max_over_time(scrape_duration_seconds[{w}]))")["result"]
+    out["scrapes"] = float(tried[0]["value"][1]) if tried else 0.0
+    out["scrapes_failed"] = out["scrapes"] - (float(ok[0]["value"][1]) if ok else 0.0)
+    out["scrape_duration_p99_of_max_s"] = float(dur[0]["value"][1]) if dur else None
+    if not rules:
+        return out
+    evals = [e for g in poller.groups.values() for e in g.values()]
+    times = sorted(e["t"] for e in evals)
+    out["group_evals"] = len(times)
+    out["group_time_s"] = {"median": statistics.median(times), "mean": statistics.mean(times),
+                           "p90": times[int(0.9 * (len(times) - 1))], "max": times[-1], "min": times[0]} if times else {}
+    per_rule = []
+    for i, r in enumerate(rules):
+        ts = [e["rules"][i] for e in evals if i < len(e["rules"])]
+        stats = api(inst.url, "/api/v1/query", query=r["expr"], stats="all")
+        samples = (stats.get("stats") or {}).get("samples", {}).get("totalQueryableSamples")
+        row = {"rule": rule_id(r, rules), "kind": "record" if "record" in r else "alert",
+               "mean_s": statistics.mean(ts) if ts else None, "median_s": statistics.median(ts) if ts else None,
+               "samples_read": samples}
+        if "record" in r:
+            sel = r["record"] + ("{" + ",".join(f'{k}="{v}"' for k, v in (r.get("labels") or {}).items()) + "}"
+                                 if r.get("labels") else "")
+            res = api(inst.url, "/api/v1/query", query=f"count({sel})")["result"]
+            row["series"] = int(float(res[0]["value"][1])) if res else 0
+            row["level"] = r["record"].split(":", 1)[0]
+        per_rule.append(row)
+    out["rules"] = per_rule
+    per_pod = api(inst.url, "/api/v1/query", query='count by (pod) ({__name__=~"namespace_pod_model:.+"})')["result"]
+    counts = {x["metric"]["pod"]: int(float(x["value"][1])) for x in per_pod}
+    by_load: Dict[str, List[int]] = {}
+    for p in pods:
+        by_load.setdefault(PodSpec(**{k: p[k] for k in PodSpec.__dataclass_fields__}).load, []).append(counts.get(p["pod"], 0))
+    out["recorded_per_pod_by_load"] = {k: {"pods": len(v), "min": min(v), "max": max(v), "mean": statistics.mean(v)}
+                                       for k, v in sorted(by_load.items())}
+    for name in ("ALERTS", "ALERTS_FOR_STATE"):
+        res = api(inst.url, "/api/v1/query", query=f"count({name})")["result"]
+        out[name] = int(float(res[0]["value"][1])) if res else 0
+    res = api(inst.url, "/api/v1/query", query='count by (alertname, alertstate) (ALERTS)')["result"]
+    out["alerts"] = {f'{x["metric"]["alertname"]} {x["metric"]["alertstate"]}': int(float(x["value"][1])) for x in res}
+    return out
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+def fmt_ms(s: Optional[float]) -> str:
+    return "" if s is None else f"{s * 1000:.2f}"
+
+
+def _recorded_levels(r: dict) -> Tuple[int, int]:
+    rec = [x for x in r.get("rules", []) if x["kind"] == "record"]
+    return (sum(x["series"] for x in rec if x["level"] == "namespace_pod_model"),
+            sum(x["series"] for x in rec if x["level"] == "namespace_model"))
+
+
+def _samples_read(r: dict) -> int:
+    return sum(x["samples_read"] or 0 for x in r.get("rules", []))
+
+
+def report(res: dict, say) -> None:
+    """The run as markdown: one table per instance kind, the pack's rules, the variants' differences."""
+    inst = res["instances"]
+    none, naive = inst["none"], inst["naive"]
+    pods = res["pods"]
+    n_pods = len(pods)
+    n_models = len({(p["namespace"], p["model"]) for p in pods})
+    ev = res["eval_s"]
+    lo, hi, mid = min(res["load_1m"]), max(res["load_1m"]), statistics.median(res["load_1m"])
+    say(f"\n### Scrape every {res['scrape_s']:g} s, rules every {ev:g} s: {n_pods} pods, {n_models} (namespace, model) "
+        f"pairs; measured over {res['measure_s']:.0f} s after {res['warmup_s']:.0f} s of warm-up; load average (1 min) "
+        f"{lo:.1f} to {hi:.1f}, median {mid:.1f}\n")
+    say("| instance | head series | added by its rules | samples appended/s | samples read per evaluation | "
+        "group time, median (p90, max) | share of the interval | CPU above `none`, s per evaluation | missed | failures |")
+    say("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, r in inst.items():
+        gt = r.get("group_time_s") or {}
+        cpu = (r["cpu_s_per_s"] - none["cpu_s_per_s"]) * ev
+        say(f"| {name} | {r['head_series']:,.0f} | {r['head_series'] - none['head_series']:,.0f} | "
+            f"{r['samples_appended_per_s']:,.0f} | {_samples_read(r):,} | "
+            + (f"{fmt_ms(gt['median'])} ms ({fmt_ms(gt['p90'])}, {fmt_ms(gt['max'])})" if gt else "–") + " | "
+            + (f"{gt['median'] / ev:.2%}" if gt else "–") + " | "
+            + ("–" if name == "none" else f"{cpu:.3f}")
+            + f" | {r['iterations_missed']:.0f} | {r['evaluation_failures']:.0f} |")
+    say("")
+    # max(0, ...): a saved run from before both counts were read at one instant could show -1
+    say("Scrapes: " + "; ".join(f"{name} {r.get('scrapes', 0):,.0f}, {max(0, r.get('scrapes_failed', 0)):,.0f} failed"
+                                 for name, r in inst.items())
+        + " (the slowest target's longest scrape: "
+        f"{max((r.get('scrape_duration_p99_of_max_s') or 0) for r in inst.values()):.2f} s).")
+    for name, r in inst.items():
+        if not any(x["kind"] == "record" for x in r.get("rules", [])):
+            continue
+        pod_level, model_level = _recorded_levels(r)
+        ngt, gt = naive.get("group_time_s") or {}, r.get("group_time_s") or {}
+        say(f"- {name}: {pod_level:,} per-pod recorded series ({pod_level / n_pods:.2f} per pod; by load: "
+            + ", ".join(f"{k} {v['min']}" + (f"–{v['max']}" if v["max"] != v["min"] else "") + f" ({v['pods']} pods)"
+                        for k, v in r["recorded_per_pod_by_load"].items())
+            + f"), {model_level} per-model ({model_level / n_models:.2f} per model), ALERTS {r['ALERTS']} and "
+            f"ALERTS_FOR_STATE {r['ALERTS_FOR_STATE']}; head series {r['head_series'] / none['head_series']:.3f}× `none`'s, "
+            f"samples appended {r['samples_appended_per_s'] / none['samples_appended_per_s']:.3f}×; against `naive`: "
+            f"samples read {_samples_read(r) / max(1, _samples_read(naive)):.0f}×, group time "
+            + (f"{gt['median'] / ngt['median']:.0f}× (medians)" if gt and ngt else "–") + ".")
+        say("  Alerts at the end: " + (", ".join(f"{k} {v}" for k, v in sorted(r["alerts"].items())) or "none") + ".")
+        if r.get("rule_errors"):
+            say(f"  RULE ERRORS: {r['rule_errors']}")
+    pack = inst["pack"]
+    total_t = sum(x["median_s"] or 0 for x in pack["rules"])
+    total_s = _samples_read(pack)
+    say(f"\nThe pack's rules, by samples read (time: the median of {pack.get('group_evals', 0)} evaluations):\n")
+    say("| rule | output series | samples read per evaluation | share | median time, ms | share |")
+    say("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for x in sorted(pack["rules"], key=lambda x: (-(x["samples_read"] or 0), -(x["median_s"] or 0))):
+        say(f"| `{x['rule']}` | {x.get('series', '')} | {x['samples_read'] or 0:,} | "
+            f"{(x['samples_read'] or 0) / max(1, total_s):.1%} | {fmt_ms(x['median_s'])} | "
+            f"{(x['median_s'] or 0) / total_t:.1%} |")
+    pod_level, model_level = _recorded_levels(pack)
+    say(f"| all {len(pack['rules'])} rules | {pod_level + model_level:,} | {total_s:,} | 100 % | {total_t * 1000:.1f} | 100 % |")
+    top = sorted(pack["rules"], key=lambda x: -(x["median_s"] or 0))[:5]
+    say("\nFive slowest (median): " + "; ".join(f"`{x['rule']}` {fmt_ms(x['median_s'])} ms" for x in top) + ".")
+    for name, r in inst.items():
+        if name in ("none", "naive", "pack") or not r.get("rules"):
+            continue
+        theirs = {x["rule"]: x for x in r["rules"]}
+        ours = {x["rule"]: x for x in pack["rules"]}
+        say(f"\nRules that differ between `pack` and `{name}`:\n")
+        say(f"| rule | samples read, pack | samples read, {name} | median ms, pack | median ms, {name} |")
+        say("| --- | ---: | ---: | ---: | ---: |")
+        for rule in sorted(set(theirs) | set(ours)):
+            a, b = ours.get(rule, {}), theirs.get(rule, {})
+            if a.get("samples_read") != b.get("samples_read") or not a or not b:
+                say(f"| `{rule}` | {a.get('samples_read', '–')} | {b.get('samples_read', '–')} | "
+                    f"{fmt_ms(a.get('median_s'))} | {fmt_ms(b.get('median_s'))} |")
+
+
+def environment() -> dict:
+    prom = subprocess.run(["prometheus", "--version"], capture_output=True, text=True)
+    first = (prom.stdout or prom.stderr).splitlines()[0] if (prom.stdout or prom.stderr) else "?"
+    return {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}",
+            "python": platform.python_version(), "prometheus": first}
+
+
+def main(argv=None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["fleet"]:
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--pods", type=int, default=100)
+        ap.add_argument("--tick", type=float, default=5.0)
+        ap.add_argument("--seed", type=int, default=1)
+        a = ap.parse_args(argv[1:])
+        run_fleet(a.pods, a.tick, a.seed)
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pods", type=int, default=100)
+    ap.add_argument("--scrape", default="15,5", help="scrape intervals (s), one run each")
+    ap.add_argument("--warmup", type=float, default=330.0)
+    ap.add_argument("--measure", type=float, default=300.0)
+    ap.add_argument("--tick", type=float, default=5.0, help="seconds between simulator steps and sidecar polls")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rules", default=str(PACK))
+    ap.add_argument("--variant", action="append", default=[], help="NAME=RULEFILE: one more instance")
+    ap.add_argument("--json", default="", help="write every figure to this file")
+    ap.add_argument("--keep", default="", help="keep the working directories under this directory")
+    ap.add_argument("--report", default="", help="print the report of a --json file and exit")
+    ap.add_argument("--write", default="", help="write the report as the section \"" + SECTION[3:] + "\" of this "
+                    "markdown file (docs/performance.md), leaving its other sections as they are")
+    args = ap.parse_args(argv)
+
+    def say(s: str = "") -> None:
+        print(s, flush=True)
+
+    def write(env: dict, runs: List[dict]) -> None:
+        from bench_poll import write_sections
+
+        lines: List[str] = []
+        for res in runs:
+            report(res, lines.append)
+        text = SECTION_INTRO.format(machine=env["machine"], python=env["python"], prometheus=env["prometheus"])
+        write_sections(Path(args.write), SECTION + "\n\n" + text + "\n" + "\n".join(lines).strip() + "\n", (SECTION,))
+        say(f"wrote {args.write}")
+
+    if args.report:
+        saved = json.loads(Path(args.report).read_text())
+        env = saved["environment"]
+        say(f"{env['machine']}, Python {env['python']}, {env['prometheus']}")
+        for res in saved["runs"]:
+            report(res, say)
+        if args.write:
+            write(env, saved["runs"])
+        return 0
+    if not shutil.which("prometheus") or not shutil.which("promtool"):
+        print("prometheus and promtool are needed (make deps)", file=sys.stderr)
+        return 2
+
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
+    env = environment()
+    say(f"{env['machine']}, Python {env['python']}, {env['prometheus']}")
+    results = []
+    for s in [float(x) for x in args.scrape.split(",") if x]:
+        res = measure_run(s, args, say)
+        results.append(res)
+        report(res, say)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"environment": env, "runs": results}, indent=1))
+    if args.write:
+        write(env, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
