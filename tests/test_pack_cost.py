@@ -4,6 +4,7 @@ selects, and replicas are many and renamed at every rollout (each name a series 
 stays in the window for its whole length), so the long windows read per-model series only. The
 one exception reads nothing on a current release (below)."""
 
+import pytest
 import yaml
 
 from conftest import ROOT
@@ -11,6 +12,7 @@ from exporter.analysis.promql.ast import MatrixSelector, SubqueryExpr, VectorSel
 from exporter.analysis.promql.parser import parse
 from exporter.pack import rules as rules_mod
 from exporter.slo import load_slo
+from promseries import fmt_series, gauge, run_promtool, series, vllm_labels
 
 HOUR_MS = 3_600_000
 
@@ -58,3 +60,65 @@ def test_a_renamed_replica_level_moves_the_check_with_it():
     reads = long_reads(text, HOUR_MS)
     assert {n for n in reads if not n.startswith("cluster_namespace_model:")} == \
         {"cluster_namespace_pod_model:vllm_requests_running_old_release:sum"}
+
+
+# -- the two cheaper reads, evaluated by promtool (Prometheus' rule engine) ------------------------
+
+def _expr_case(input_series, checks, minutes=40):
+    return {"interval": "1m", "input_series": input_series,
+            "promql_expr_test": [{"expr": expr, "eval_time": f"{m}m", "exp_samples": exp} for m, expr, exp in checks]}
+
+
+@pytest.mark.prometheus
+def test_promtool_the_old_release_fallback_still_holds_on_old_pages_and_is_idle_on_current_ones(tmp_path):
+    """A batch that ran at 32 for ten minutes, then at 20 with 4 requests waiting. On a current
+    page (vLLM's reason says deferred, not capacity) the old-release series is empty and the wait
+    is vLLM's own count, 0. On an old page (no waiting reason) the series is the batch, and the
+    requests waiting below the batch's peak are held back by the cache: 4 (at its peak: 0)."""
+    rec = "namespace_pod_model:vllm_requests_running_old_release:sum"
+    cap = "namespace_pod_model:vllm_requests_waiting_capacity:sum"
+    batch = gauge(lambda m: 32 if m < 10 else 20, 40)
+    cur, old = vllm_labels(pod="cur"), vllm_labels(pod="old", engine=None)
+    out = {"namespace": "llm", "model_name": "llama-70b"}
+    cases = [
+        _expr_case([series("vllm:num_requests_running", cur, batch),
+                    series("vllm:num_requests_waiting", cur, gauge(lambda m: 4, 40)),
+                    series("vllm:num_requests_waiting_by_reason", {**cur, "reason": "capacity"}, gauge(lambda m: 0, 40)),
+                    series("vllm:num_requests_waiting_by_reason", {**cur, "reason": "deferred"}, gauge(lambda m: 4, 40))],
+                   [(5, rec, []), (20, rec, []),
+                    (20, cap, [{"labels": fmt_series(cap, {**out, "pod": "cur"}), "value": 0}])]),
+        _expr_case([series("vllm:num_requests_running", old, batch),
+                    series("vllm:num_requests_waiting", old, gauge(lambda m: 4, 40))],
+                   [(5, rec, [{"labels": fmt_series(rec, {**out, "pod": "old"}), "value": 32}]),
+                    (20, rec, [{"labels": fmt_series(rec, {**out, "pod": "old"}), "value": 20}]),
+                    (5, cap, [{"labels": fmt_series(cap, {**out, "pod": "old"}), "value": 0}]),
+                    (20, cap, [{"labels": fmt_series(cap, {**out, "pod": "old"}), "value": 4}])]),
+    ]
+    r = run_promtool(tmp_path, cases)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.prometheus
+def test_promtool_the_sustainable_figure_keeps_the_best_of_replicas_long_gone(tmp_path):
+    """The pack's own two rules (the best replica now, its maximum over the history) on replicas
+    that come and go, as a rollout replaces them: the best level ever held (9, by a pod gone
+    since minute 3) stays, while the best of the replicas serving now is 2."""
+    data = yaml.safe_load((ROOT / rules_mod.PLAIN_PATH).read_text())
+    best, sustainable = ("namespace_model:vllm_generation_tokens_sustained_per_replica:max",
+                         "namespace_model:vllm_generation_tokens_sustainable_per_replica:max_over_time14d")
+    chosen = [r for g in data["groups"] for r in g["rules"] if r.get("record") in (best, sustainable)]
+    assert [r["record"] for r in chosen] == [best, sustainable]
+    rules = tmp_path / "capacity.rules.yml"
+    rules.write_text(yaml.safe_dump({"groups": [{"name": "capacity", "rules": chosen}]}, sort_keys=False))
+    held = "namespace_pod_model:vllm_generation_tokens_within_slo:min_over_time10m"
+    pod = {"namespace": "llm", "model_name": "llama-70b"}
+    out = fmt_series(sustainable, pod)
+    case = _expr_case(
+        [{"series": fmt_series(held, {**pod, "pod": "a"}), "values": "5 9 7 _x37"},
+         {"series": fmt_series(held, {**pod, "pod": "b"}), "values": "_x10 3 4 8 6 _x26"},
+         {"series": fmt_series(held, {**pod, "pod": "c"}), "values": "_x30 2 2 2 2 2 2 2 2 2 2"}],
+        [(0, sustainable, [{"labels": out, "value": 5}]),
+         (38, sustainable, [{"labels": out, "value": 9}]),
+         (38, best, [{"labels": fmt_series(best, pod), "value": 2}])])
+    r = run_promtool(tmp_path, [case], rules_path=rules)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -176,3 +176,19 @@ def test_demo_starts_alertmanager_only_with_a_config_and_a_binary():
     assert should_start_alertmanager(None, which=has_am) is False  # was True: start_alertmanager(None)
     assert should_start_alertmanager(Path("am.yml"), which=has_am) is True
     assert should_start_alertmanager(Path("am.yml"), which=nothing) is False
+
+
+@pytest.mark.parametrize("scenario", ["kv-thrashing", "long-prompt-storm"])
+def test_long_steps_preempt_only_running_requests_and_keep_the_counts(scenario):
+    """With steps of seconds (a fleet of simulated pods stepped every few seconds), requests that
+    finish in a step leave the batch before the cache is checked: they are never preempted (the
+    newest could both finish and be preempted, and removing it raised ValueError), and every
+    request is accounted for: finished, running or waiting."""
+    sim = SimVllm(scenario, start=1000.0, onset=0.0)
+    for _ in range(400):
+        sim.step(5.0)
+        assert sim.kv_used() <= sim.kv_tokens or len(sim.running) <= 1
+        assert len({id(r) for r in sim.running}) == len(sim.running)
+    assert sim.c["preempt"] > 0, "the scenario never filled the cache: the check above checked nothing"
+    finished = sim.c["stop"] + sim.c["length"]
+    assert finished > 0 and sim.h["preempt"].count == finished

@@ -281,21 +281,17 @@ class SimVllm:
         self.c["gen"] += gen_tokens
         if gen_tokens or prefill_work:
             self.h["iteration"].observe(gen_tokens + prefill_work, max(1, int(dt / max(itl, 1e-3))))
-        # the cache overflows as sequences grow: preempt the newest (recomputed later); a request
-        # that finished in this step is done, never a victim (with long steps it can be the newest)
-        done = {id(r) for r in finished}
+        # requests that finished in this step leave the batch first and free their cache; then, if
+        # the cache still overflows as sequences grow, the newest are preempted (recomputed later)
+        for r in finished:
+            self.running.remove(r)
+            self._finish(r, "length" if self.rng.random() < 0.3 else "stop")
         while self.kv_used() > self.kv_tokens and len(self.running) > 1:
-            i = next((j for j in range(len(self.running) - 1, -1, -1) if id(self.running[j]) not in done), None)
-            if i is None:
-                break
-            victim = self.running.pop(i)
+            victim = self.running.pop()
             victim.preemptions += 1
             victim.prefilled = 0
             self.c["preempt"] += 1
             self.waiting.appendleft(victim)
-        for r in finished:
-            self.running.remove(r)
-            self._finish(r, "length" if self.rng.random() < 0.3 else "stop")
         busy = min(1.0, 0.62 + 0.5 * len(self.running) / 16 + prefill_share)
         if slow < 1.0 or (sc == "long-prompt-storm" and self.in_trouble()):
             busy = max(busy, 0.99)
