@@ -79,6 +79,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from exporter.harness.localstack import free_port  # noqa: E402
+
 NAIVE = ROOT / "exporter/harness/data/naive.rules.yml"
 PACK = ROOT / "rules/vllm.rules.yml"
 EVAL_INTERVAL = 30.0
@@ -333,16 +335,6 @@ class Proc:
                 except subprocess.TimeoutExpired:
                     continue
         self.log.close()
-
-
-def free_port() -> int:
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def get(url: str, timeout: float = 30.0) -> bytes:

@@ -68,7 +68,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -81,6 +80,11 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from exporter.harness.localstack import free_port  # noqa: E402
+from exporter.runtime.windows import histogram_quantile  # noqa: E402
+
 MODEL = "tiny-llama"
 SCRAPE = 5.0
 LABELS = {"namespace": "llm", "pod": "vllm-0"}
@@ -212,14 +216,6 @@ NOTES = {
 
 def log(*a) -> None:
     print(time.strftime("%H:%M:%S"), *a, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 # ---------------------------------------------------------------------------------------------
@@ -663,20 +659,10 @@ def in_range(vals, a, b):
 
 
 def hist_quantile(q: float, buckets: List[Tuple[float, float]]) -> Optional[float]:
-    """Prometheus' histogram_quantile over (le, cumulative count) pairs."""
-    buckets = sorted(buckets)
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    total = buckets[-1][1]
-    rank = q * total
-    prev_le, prev_c = 0.0, 0.0
-    for le, c in buckets:
-        if c >= rank:
-            if math.isinf(le):
-                return prev_le
-            return prev_le + (le - prev_le) * ((rank - prev_c) / (c - prev_c) if c > prev_c else 0)
-        prev_le, prev_c = le, c
-    return prev_le
+    """Prometheus' histogram_quantile over (le, cumulative count) pairs (the sidecar's own
+    implementation); None without observations."""
+    v = histogram_quantile(q, buckets)
+    return None if math.isnan(v) else v
 
 
 def server_facts(data, phases: List[dict]) -> Dict[str, dict]:

@@ -1,6 +1,9 @@
 """Small helpers shared by the tests."""
 
+import math
 from typing import Optional, Sequence, Tuple
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.runtime import config
 from exporter.runtime.collectors import Point, signal_points
@@ -60,3 +63,24 @@ class PageSequence:
 def sidecar_with(clock, cfg_obj, text: str = "", gpu=None) -> Tuple[Sidecar, PageSequence]:
     seq = PageSequence(clock, text)
     return Sidecar(cfg_obj, seq, gpu, clock=clock), seq
+
+
+# -- golden comparison with prometheus_client's parser ----------------------------------------------
+
+def reference(text):
+    """The samples prometheus_client reads from ``text``: (name, sorted labels, value)."""
+    return [(s.name, tuple(sorted(s.labels.items())), s.value)
+            for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def ours(page):
+    """The same triples from this project's parser's page."""
+    return [(s.name, tuple(sorted(s.labels)), s.value) for s in page.samples]
+
+
+def same(a, b):
+    """Both read the same samples in the same order (NaN equal to NaN)."""
+    assert len(a) == len(b), (a, b)
+    for x, y in zip(a, b):
+        assert x[:2] == y[:2], (x, y)
+        assert x[2] == y[2] or (math.isnan(x[2]) and math.isnan(y[2])), (x, y)

@@ -3,31 +3,16 @@
 import math
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import VLLM_PAGES
 from exporter.runtime.parser import Parser, format_float, parse
+from helpers import ours, reference, same
 
 REAL_PAGES = sorted(p.name for p in VLLM_PAGES.glob("*.txt"))
 # sample counts of the real pages, as prometheus_client reads them
 EXPECTED_COUNTS = {"idle.txt": 420, "after_load.txt": 435, "after_pressure.txt": 510,
                    "lora_idle.txt": 450, "lora_running.txt": 452, "lora_after.txt": 468}
 
-
-def reference(text):
-    return [(s.name, tuple(sorted(s.labels.items())), s.value)
-            for fam in text_string_to_metric_families(text) for s in fam.samples]
-
-
-def ours(page):
-    return [(s.name, tuple(sorted(s.labels)), s.value) for s in page.samples]
-
-
-def same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x[0] == y[0] and x[1] == y[1], (x, y)
-        assert x[2] == y[2] or (math.isnan(x[2]) and math.isnan(y[2])), (x, y)
 
 
 @pytest.mark.parametrize("name", REAL_PAGES)

@@ -8,14 +8,13 @@
   reads them.
 """
 
-import math
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.runtime.inputs import route
 from exporter.runtime.parser import MALFORMED_REASONS, Limits, Parser, format_float, parse
+from helpers import ours, reference, same
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -55,21 +54,6 @@ def pages(draw):
             expected.append((sample_name, ident, v))
     return "\n".join(lines) + "\n", expected
 
-
-def reference(text):
-    return [(s.name, tuple(sorted(s.labels.items())), s.value)
-            for fam in text_string_to_metric_families(text) for s in fam.samples]
-
-
-def ours(page):
-    return [(s.name, tuple(sorted(s.labels)), s.value) for s in page.samples]
-
-
-def same(a, b):
-    assert len(a) == len(b), (a, b)
-    for x, y in zip(a, b):
-        assert x[:2] == y[:2], (x, y)
-        assert x[2] == y[2] or (math.isnan(x[2]) and math.isnan(y[2])), (x, y)
 
 
 @SETTINGS
