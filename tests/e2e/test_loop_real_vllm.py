@@ -42,7 +42,7 @@ from test_real_vllm import MODEL, Load, tiny_model, vllm_python
 from exporter.cli import main
 from exporter.harness.localstack import Process, SidecarThread, Stack, free_port, wait_until
 
-pytestmark = [pytest.mark.vllm, pytest.mark.prometheus]
+pytestmark = [pytest.mark.vllm, pytest.mark.prometheus, pytest.mark.perf]
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP_S = 30                  # each ramp step
