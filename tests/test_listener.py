@@ -60,8 +60,8 @@ def _listener_threads():
 
 
 @contextlib.contextmanager
-def serving(published, cls=SidecarServer, host="127.0.0.1", **kw):
-    srv = cls(host, 0, lambda: published, lambda: True, **kw)
+def serving(published, cls=SidecarServer, host="127.0.0.1", lambda_state=None, **kw):
+    srv = cls(host, 0, lambda_state or (lambda: published), lambda: True, **kw)
     srv.start()
     try:
         yield srv
@@ -274,13 +274,25 @@ def _send(srv, path="/metrics", extra=""):
     return s
 
 
+class Clock:
+    """The listener's clock (ages of bodies and encodings), moved by the test."""
+
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
 def test_503_with_retry_after_beyond_max_requests(published):
     GatedServer.gate = threading.Event()
-    with serving(published, cls=GatedServer, max_requests=2) as srv:
+    clock = Clock()
+    with serving(published, cls=GatedServer, max_requests=2, clock=clock) as srv:
         held = []
         try:
             held = [_send(srv), _send(srv)]
             wait_for(lambda: srv.inflight == 2, "two scrapes in flight")
+            clock.t += 2  # the encoding has run for two seconds: bodies are not built fast enough
             with closing(plain(srv)) as c:
                 r, _ = request(c)
                 assert r.status == 503 and r.getheader("Retry-After") == "1"
@@ -326,6 +338,48 @@ def test_one_encoding_per_published_state(published):
         assert len(set(bodies)) == 1 and len(set(zipped)) == 1
         assert gzip.decompress(zipped[0]) == bodies[0]
         assert GatedServer.encodes == 1  # within a second of the first, same state: one encoding
+
+
+def _value(body: bytes, series: str) -> float:
+    for line in body.decode().splitlines():
+        if line.startswith(series + " "):
+            return float(line.split(" ")[1])
+    raise AssertionError(f"{series} not in the body")
+
+
+@pytest.mark.parametrize("polls_between", [2, 8])
+def test_a_scrape_shows_the_latest_completed_poll_whatever_the_cadence(polls_between):
+    """Issue 18 (1): a steady page, a scrape, then a burst; the next scrape comes 4 s later,
+    after several polls of the new page. It must show the newest poll (its success time, the
+    burst's tokens/s and TTFT), never the body made for the scrape before. The poll loop and
+    both clocks are driven by the test."""
+    from conftest import FakeClock
+
+    clock = FakeClock()
+    interval = 4.0 / polls_between
+    sc, seq = sidecar_with(clock, cfg(poll_interval=interval, window=10), page("after_load.txt"))
+    for _ in range(3):  # vLLM's page is steady
+        sc.poll_once()
+        clock.advance(interval)
+    listener_clock = Clock()
+    last_success = 'vllm_sidecar_last_success_timestamp_seconds{target="vllm"}'
+    tokens = 'vllm_sidecar_generation_tokens_per_second{model_name="tiny-llama"}'
+    with serving(None, lambda_state=lambda: sc.published, clock=listener_clock) as srv, closing(plain(srv)) as c:
+        r, before = request(c)
+        assert r.status == 200 and _value(before, last_success) == sc.published.t
+        assert _value(before, tokens) == 0.0  # steady: nothing generated
+        seq.text = page("after_pressure.txt")  # the burst: every counter and histogram grows
+        for _ in range(polls_between):
+            sc.poll_once()
+            clock.advance(interval)
+            listener_clock.t += interval
+        r, after = request(c)
+        assert r.status == 200
+        assert _value(after, last_success) == sc.published.t  # the newest completed poll ...
+        assert _value(after, tokens) > 0  # ... with the burst in it
+        assert 'vllm_sidecar_ttft_seconds{model_name="tiny-llama",quantile="0.99"}' in after.decode()
+        listener_clock.t += 0.5  # a scrape soon after, same poll: the same body
+        assert request(c)[1] == after
 
 
 def test_header_timeout_closes_slow_and_silent_connections(published):
@@ -414,11 +468,11 @@ def test_bad_requests(published):
         assert read_response_head(s).startswith(b"HTTP/1.1 400 ")
         s.close()
         s = socket.create_connection(srv.address[:2], timeout=30)
-        s.sendall(b"GET /metrics HTTP/1.1\r\n" + b"X-Big: " + b"a" * 20000 + b"\r\n\r\n")
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-Big: " + b"a" * 20000 + b"\r\n\r\n")
         assert read_response_head(s).startswith(b"HTTP/1.1 431 ")
         s.close()
         s = socket.create_connection(srv.address[:2], timeout=30)  # two pipelined requests
-        s.sendall(b"GET /healthz HTTP/1.1\r\n\r\nGET /readyz HTTP/1.1\r\nConnection: close\r\n\r\n")
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         data = b""
         while True:
             chunk = s.recv(65536)
