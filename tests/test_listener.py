@@ -26,6 +26,13 @@ from exporter.runtime.server import SidecarServer, accepts_gzip
 from helpers import cfg, sidecar_with
 from pki import PKI
 
+# Timeouts sized for a loaded machine (two shared cores, other suites running): IO_TIMEOUT bounds
+# any read a test makes and is never waited out when things work; WAITED is a server timeout a
+# test waits out on purpose (header, idle), long enough that a TLS handshake or a request on a
+# starved machine finishes well inside it (0.3 s did not), short enough to keep the test quick.
+IO_TIMEOUT = 30
+WAITED = 2.0
+
 PASSWORD = "s3cret-scrape"
 HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()  # cost 4: fast tests
 
@@ -100,15 +107,15 @@ def request(conn, path="/metrics", method="GET", **headers):
 
 def https(srv, pki, cert=None):
     host, port = srv.address
-    return http.client.HTTPSConnection(host, port, context=client_ctx(pki, cert), timeout=10)
+    return http.client.HTTPSConnection(host, port, context=client_ctx(pki, cert), timeout=IO_TIMEOUT)
 
 
 def plain(srv):
     host, port = srv.address
-    return http.client.HTTPConnection(host, port, timeout=10)
+    return http.client.HTTPConnection(host, port, timeout=IO_TIMEOUT)
 
 
-def wait_for(cond, what, deadline=15.0):
+def wait_for(cond, what, deadline=60.0):
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         if cond():
@@ -168,7 +175,7 @@ def test_plain_http_to_the_tls_port_is_refused(tmp_path, pki, published):
         assert request(c, "/healthz")[0].status == 200
         c.close()
         host, port = srv.address  # a client that does not trust the server's CA
-        c = http.client.HTTPSConnection(host, port, context=ssl.create_default_context(), timeout=10)
+        c = http.client.HTTPSConnection(host, port, context=ssl.create_default_context(), timeout=IO_TIMEOUT)
         with pytest.raises(ssl.SSLCertVerificationError):
             request(c, "/healthz")
         c.close()
@@ -225,7 +232,7 @@ def test_inline_pem_certificate_key_and_client_ca(tmp_path, pki, published):
 
 def _served_serial(srv, pki):
     host, port = srv.address
-    with socket.create_connection((host, port), timeout=10) as raw:
+    with socket.create_connection((host, port), timeout=IO_TIMEOUT) as raw:
         with client_ctx(pki).wrap_socket(raw, server_hostname="localhost") as s:
             from cryptography import x509
 
@@ -264,12 +271,12 @@ class GatedServer(SidecarServer):
 
     def _encode(self, encoder, pub):
         type(self).encodes += 1
-        self.gate.wait(30)
+        self.gate.wait(IO_TIMEOUT)
         return super()._encode(encoder, pub)
 
 
 def _send(srv, path="/metrics", extra=""):
-    s = socket.create_connection(srv.address[:2], timeout=30)
+    s = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)
     s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n".encode())
     return s
 
@@ -383,10 +390,10 @@ def test_a_scrape_shows_the_latest_completed_poll_whatever_the_cadence(polls_bet
 
 
 def test_header_timeout_closes_slow_and_silent_connections(published):
-    with serving(published, header_timeout=0.3) as srv:
-        slow = socket.create_connection(srv.address[:2], timeout=30)
+    with serving(published, header_timeout=WAITED) as srv:
+        slow = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)
         slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # ... and never the end of the head
-        silent = socket.create_connection(srv.address[:2], timeout=30)
+        silent = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)
         assert slow.recv(1024) == b""  # closed by the server
         assert silent.recv(1024) == b""
         slow.close()
@@ -397,8 +404,8 @@ def test_header_timeout_closes_slow_and_silent_connections(published):
 
 
 def test_header_timeout_covers_the_tls_handshake(tmp_path, pki, published):
-    with serving(published, web=web_file(tmp_path, tls_yaml(pki)), header_timeout=0.3) as srv:
-        silent = socket.create_connection(srv.address[:2], timeout=30)  # never sends a ClientHello
+    with serving(published, web=web_file(tmp_path, tls_yaml(pki)), header_timeout=WAITED) as srv:
+        silent = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)  # never sends a ClientHello
         assert silent.recv(1024) == b""
         silent.close()
         with closing(https(srv, pki)) as c:
@@ -408,11 +415,11 @@ def test_header_timeout_covers_the_tls_handshake(tmp_path, pki, published):
 
 
 def test_idle_keep_alive_connection_is_closed(published):
-    with serving(published, idle_timeout=0.3) as srv:
+    with serving(published, idle_timeout=WAITED) as srv:
         s = _send(srv, "/healthz")
         head = read_response_head(s)
         assert head.startswith(b"HTTP/1.1 200 ") and b"Connection: close" not in head
-        s.settimeout(30)
+        s.settimeout(IO_TIMEOUT)
         while s.recv(1024):
             pass  # ends when the server closes the idle connection
         s.close()
@@ -424,7 +431,7 @@ def test_500_idle_and_slowloris_connections_do_not_starve_a_scrape(published):
         crowd = []
         try:
             for i in range(500):
-                s = socket.create_connection(srv.address[:2], timeout=30)
+                s = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)
                 if i % 2:
                     s.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")  # slowloris: a head that never ends
                 crowd.append(s)
@@ -444,7 +451,7 @@ def test_when_full_the_oldest_waiting_connection_makes_room(published):
     with serving(published, max_connections=8, header_timeout=60) as srv:
         with closing(plain(srv)) as keep:
             assert request(keep, "/healthz")[0].status == 200  # an idle keep-alive connection
-            stalled = [socket.create_connection(srv.address[:2], timeout=30) for _ in range(20)]
+            stalled = [socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT) for _ in range(20)]
             try:
                 with closing(plain(srv)) as c:
                     assert request(c)[0].status == 200
@@ -463,15 +470,15 @@ def test_bad_requests(published):
         s = _send(srv, "/metrics", "Content-Length: 5\r\n")
         assert read_response_head(s).startswith(b"HTTP/1.1 413 ")
         s.close()
-        s = socket.create_connection(srv.address[:2], timeout=30)
+        s = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)
         s.sendall(b"GARBAGE\r\n\r\n")
         assert read_response_head(s).startswith(b"HTTP/1.1 400 ")
         s.close()
-        s = socket.create_connection(srv.address[:2], timeout=30)
+        s = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)
         s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-Big: " + b"a" * 20000 + b"\r\n\r\n")
         assert read_response_head(s).startswith(b"HTTP/1.1 431 ")
         s.close()
-        s = socket.create_connection(srv.address[:2], timeout=30)  # two pipelined requests
+        s = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)  # two pipelined requests
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         data = b""
         while True:
@@ -489,12 +496,12 @@ def test_bad_requests(published):
 def test_ipv6_loopback_and_dual_stack(published):
     with serving(published, host="::1") as srv:
         assert srv.address[0] == "::1"
-        with closing(http.client.HTTPConnection("::1", srv.address[1], timeout=10)) as c:
+        with closing(http.client.HTTPConnection("::1", srv.address[1], timeout=IO_TIMEOUT)) as c:
             assert request(c)[0].status == 200
     with serving(published, host="::") as srv:
-        with closing(http.client.HTTPConnection("::1", srv.address[1], timeout=10)) as c:
+        with closing(http.client.HTTPConnection("::1", srv.address[1], timeout=IO_TIMEOUT)) as c:
             assert request(c, "/healthz")[0].status == 200
-        with closing(http.client.HTTPConnection("127.0.0.1", srv.address[1], timeout=10)) as c:
+        with closing(http.client.HTTPConnection("127.0.0.1", srv.address[1], timeout=IO_TIMEOUT)) as c:
             assert request(c, "/healthz")[0].status == 200  # dual-stack
 
 
@@ -546,6 +553,8 @@ def test_web_config_problems_are_named(tmp_path, pki):
     assert "min_version 'TLS14'" in _web_error(tmp_path, tls_yaml(pki, "  min_version: TLS14\n"))
     assert "unknown cipher" in _web_error(tmp_path, tls_yaml(pki, "  cipher_suites: [TLS_NOPE]\n"))
     assert "can not be configured" in _web_error(tmp_path, "http_server_config:\n  headers:\n    X-Mine: 1\n")
+    assert "printable ASCII" in _web_error(  # a value h11 would refuse to send
+        tmp_path, 'http_server_config:\n  headers:\n    Content-Security-Policy: "default-src \u00e9"\n')
     assert "not valid YAML" in _web_error(tmp_path, "tls_server_config: [\n")
     empty = webconfig.load(web_file(tmp_path, ""))  # exporter-toolkit: an empty file is plain HTTP
     assert empty.tls is None and not empty.users
@@ -557,7 +566,7 @@ def test_web_config_problems_are_named(tmp_path, pki):
 def run_cli(*args, env=None):
     e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True, text=True,
-                          timeout=30, env=e, cwd=ROOT)
+                          timeout=2 * IO_TIMEOUT, env=e, cwd=ROOT)
 
 
 @pytest.mark.parametrize("how,text,needle", [
@@ -603,7 +612,7 @@ def test_cli_serves_tls_and_auth_on_ipv6(tmp_path, pki):
 
     def scrape(auth):
         try:
-            with closing(http.client.HTTPSConnection("::1", port, context=ctx, timeout=10)) as c:
+            with closing(http.client.HTTPSConnection("::1", port, context=ctx, timeout=IO_TIMEOUT)) as c:
                 headers = {"Authorization": auth} if auth else {}
                 return request(c, **headers)
         except OSError:
@@ -616,6 +625,6 @@ def test_cli_serves_tls_and_auth_on_ipv6(tmp_path, pki):
         assert scrape(basic("prometheus", "nope"))[0].status == 401
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=10)
+        _, err = proc.communicate(timeout=IO_TIMEOUT)
         vllm.stop()
     assert "serving on https://[::1]:" in err
