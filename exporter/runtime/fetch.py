@@ -292,11 +292,13 @@ class PageFetcher:
         assert h is not None
         if h.our_state is not h11.DONE or h.their_state is not h11.DONE:  # the server closes (or h11 will)
             self._drop()
-        elif h.trailing_data[0] or self._pending():
-            raise FetchError("protocol", "bytes after the end of the answer (a body longer than its "
-                                         "Content-Length)")
-        elif self._pending() is None:  # the server closed after answering: fine, connect again next time
-            self._drop()
+        else:
+            extra = self._pending()
+            if h.trailing_data[0] or extra:
+                raise FetchError("protocol", "bytes after the end of the answer (a body longer than its "
+                                             "Content-Length)")
+            if extra is None:  # the server closed after answering: fine, connect again next time
+                self._drop()
         return body
 
     def _ask(self, request: h11.Request, deadline: float) -> Tuple[int, dict]:

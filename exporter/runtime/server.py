@@ -628,22 +628,30 @@ class _Conn(asyncio.Protocol):
         return h.their_state is h11.DONE
 
     # -- writing ------------------------------------------------------------------------------
-    def reply(self, code: int, body: bytes = b"", ctype: str = TEXT, headers: Iterable[Tuple[str, str]] = (),
+    def reply(self, code: int, body: bytes = b"", ctype: str = TEXT, headers: Tuple[Tuple[str, str], ...] = (),
               head_only: bool = False, close: bool = False) -> None:
         """Answer the request being served (once; a no-op when the connection is gone)."""
         if self.state is not BUSY:
             return
         h = self.h
         keep = not close and not self.eof and self._body_read()
-        hs = [("Server", "vllm-sidecar-exporter"), ("Date", _http_date()), ("Content-Type", ctype),
-              ("Content-Length", str(len(body)))]
-        hs.extend(headers)
-        hs.extend(self.srv.web.cfg.headers)
-        if not keep:
-            hs.append(("Connection", "close"))
+        date = _http_date()
+        extra = self.srv.web.cfg.headers
+        key = (code, ctype, len(body), date, headers, extra, keep)
+        cache = self.srv._responses
+        resp = cache.get(key)
+        if resp is None:  # the same answer head is made once per second and reused (h11 events are immutable)
+            hs = [("Server", "vllm-sidecar-exporter"), ("Date", date), ("Content-Type", ctype),
+                  ("Content-Length", str(len(body))), *headers, *extra]
+            if not keep:
+                hs.append(("Connection", "close"))
+            resp = h11.Response(status_code=code, headers=hs, reason=_PHRASES.get(code, ""))
+            if len(cache) >= 64:
+                cache.clear()
+            cache[key] = resp
         tr = self.transport
         try:
-            out = h.send(h11.Response(status_code=code, headers=hs, reason=_PHRASES[code]))
+            out = h.send(resp)
             if body and not head_only and not self.head_req:
                 out += b"".join(h.send_with_data_passthrough(h11.Data(data=body)))  # type: ignore[arg-type]
             out += h.send(h11.EndOfMessage())  # type: ignore[operator]
@@ -751,6 +759,7 @@ class SidecarServer:
         self._auth_pool: Optional[_Pool] = None
         self._auth: Optional[_BasicAuth] = None
         self.routes = self._make_routes()
+        self._responses: Dict[tuple, h11.Response] = {}  # answer heads of this second, by what is in them
 
     @property
     def address(self) -> Tuple[str, int]:
