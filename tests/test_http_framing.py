@@ -235,8 +235,8 @@ def test_content_length_that_is_not_ascii_digits_is_protocol_for_the_client(host
 
 
 def test_a_poll_with_a_bad_content_length_counts_protocol_not_internal(hostile, caplog):
-    """The issue's case end to end: the sidecar's poll fails as ``protocol``, no traceback, and
-    the windows are not reset (a good page afterwards reads on from the earlier ones)."""
+    """The issue's case end to end: the sidecar's poll fails as ``protocol``, not ``internal``
+    (which would log a traceback and reset the windows), and nothing is logged with a traceback."""
     clock = FakeClock()
     fetcher = PageFetcher(hostile.url + "/metrics", timeout=10, max_bytes=1 << 20)
     sc, _ = sidecar_with(clock, cfg(poll_interval=1, window=10))
