@@ -72,17 +72,19 @@ def child_server(which: str, vllm_url: str, poll: float, old_module: str) -> Non
     sidecar.poll_once()
     stop = threading.Event()
     threading.Thread(target=sidecar.run, args=(stop,), name="poll", daemon=True).start()
+    kw = dict(max_requests=cfg.web_max_requests, max_connections=cfg.web_max_connections,
+              header_timeout=cfg.web_header_timeout, idle_timeout=cfg.web_idle_timeout)
     if which == "old":
         spec = importlib.util.spec_from_file_location("old_server", old_module)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        server = mod.SidecarServer("127.0.0.1", 0, lambda: sidecar.published, sidecar.healthy)
+        if hasattr(mod, "ThreadingHTTPServer"):
+            kw = {}  # the http.server listener takes none of the limits
+        server = mod.SidecarServer("127.0.0.1", 0, lambda: sidecar.published, sidecar.healthy, **kw)
     else:
         from exporter.runtime.server import SidecarServer
 
-        server = SidecarServer("127.0.0.1", 0, lambda: sidecar.published, sidecar.healthy,
-                               max_requests=cfg.web_max_requests, max_connections=cfg.web_max_connections,
-                               header_timeout=cfg.web_header_timeout, idle_timeout=cfg.web_idle_timeout)
+        server = SidecarServer("127.0.0.1", 0, lambda: sidecar.published, sidecar.healthy, **kw)
     server.start()
     print(f"port {server.address[1]}", flush=True)
     sys.stdin.read()
@@ -166,7 +168,7 @@ def old_server_source(rev: str) -> str:
     for r in revs:
         src = subprocess.run(["git", "show", f"{r}:exporter/runtime/server.py"], cwd=ROOT,
                              capture_output=True, text=True).stdout
-        if "from http.server import" in src:
+        if "from http.server import" in src or (rev and "class SidecarServer" in src):
             src = re.sub(r"^from \.(\w+) import", r"from exporter.runtime.\1 import", src, flags=re.M)
             return src
     raise SystemExit("bench: no revision of exporter/runtime/server.py built on ThreadingHTTPServer")
@@ -321,7 +323,8 @@ def main() -> None:
     ap.add_argument("--crowd", type=int, default=500, help="idle and slowloris connections held open")
     ap.add_argument("--poll-scrapers", type=int, default=10)
     ap.add_argument("--baseline-rev", default="", help="git revision of the old server.py (default: the newest "
-                                                       "built on http.server)")
+                                                       "built on http.server; any revision given is taken as "
+                                                       "it is, e.g. the listener before a change)")
     ap.add_argument("--json", default="", help="also write the results here")
     ap.add_argument("--child", nargs="*", help=argparse.SUPPRESS)
     args = ap.parse_args()

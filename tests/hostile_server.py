@@ -7,7 +7,7 @@ server restarting into its new behaviour), so the client's next read meets the n
 
 ``FAULTS`` maps every fault to the ``vllm_sidecar_poll_errors_total`` reason the sidecar must
 count for it; ``GOOD`` lists the odd-but-valid answers it must read (1xx first, chunked, gzip,
-HTTP/1.0 read-to-close).
+HTTP/1.0 read-to-close). ``set_raw`` answers with any bytes the fuzzers choose.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ class HostileServer:
         self.host = host
         self.tls = tls
         self._fault = "ok"
+        self._raw = b""
         self.generation = 0
         self.require_auth: Optional[str] = None  # answer 401 unless Authorization is exactly this
         self.requests: Deque[Tuple[str, Dict[str, str], str]] = deque(maxlen=5000)
@@ -105,6 +106,21 @@ class HostileServer:
             self.generation += 1
             conns = list(self._conns)
         for c in conns:  # wake and end the handlers of the old behaviour; each closes its own socket
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def set_raw(self, data: bytes) -> None:
+        """Answer every request with exactly ``data``, then close: the fuzzers' hostile answers
+        (any bytes, a malformed status line or header). Not one of ``FAULTS``: what the client
+        must make of it is the fuzzer's to say. Cuts the connections open, as ``set_fault``."""
+        with self.lock:
+            self._raw = bytes(data)
+            self._fault = "raw"
+            self.generation += 1
+            conns = list(self._conns)
+        for c in conns:
             try:
                 c.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -248,6 +264,9 @@ class HostileServer:
     def _answer(self, sock, fault: str, path: str, headers: Dict[str, str], gen: int) -> bool:  # noqa: C901
         """Answer one request; True keeps the connection for the next one."""
         text = {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+        if fault == "raw":
+            sock.sendall(self._raw)
+            return False
         if path.split("?", 1)[0] != "/metrics":
             sock.sendall(self._head("404 Not Found", {"Content-Length": "0"}))
             return True

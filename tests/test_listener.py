@@ -26,6 +26,13 @@ from exporter.runtime.server import SidecarServer, accepts_gzip
 from helpers import cfg, sidecar_with
 from pki import PKI
 
+# Timeouts sized for a loaded machine (two shared cores, other suites running): IO_TIMEOUT bounds
+# any read a test makes and is never waited out when things work; WAITED is a server timeout a
+# test waits out on purpose (header, idle), long enough that a TLS handshake or a request on a
+# starved machine finishes well inside it (0.3 s did not), short enough to keep the test quick.
+IO_TIMEOUT = 30
+WAITED = 2.0
+
 PASSWORD = "s3cret-scrape"
 HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()  # cost 4: fast tests
 
@@ -60,8 +67,8 @@ def _listener_threads():
 
 
 @contextlib.contextmanager
-def serving(published, cls=SidecarServer, host="127.0.0.1", **kw):
-    srv = cls(host, 0, lambda: published, lambda: True, **kw)
+def serving(published, cls=SidecarServer, host="127.0.0.1", lambda_state=None, **kw):
+    srv = cls(host, 0, lambda_state or (lambda: published), lambda: True, **kw)
     srv.start()
     try:
         yield srv
@@ -100,15 +107,15 @@ def request(conn, path="/metrics", method="GET", **headers):
 
 def https(srv, pki, cert=None):
     host, port = srv.address
-    return http.client.HTTPSConnection(host, port, context=client_ctx(pki, cert), timeout=10)
+    return http.client.HTTPSConnection(host, port, context=client_ctx(pki, cert), timeout=IO_TIMEOUT)
 
 
 def plain(srv):
     host, port = srv.address
-    return http.client.HTTPConnection(host, port, timeout=10)
+    return http.client.HTTPConnection(host, port, timeout=IO_TIMEOUT)
 
 
-def wait_for(cond, what, deadline=15.0):
+def wait_for(cond, what, deadline=60.0):
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         if cond():
@@ -168,7 +175,7 @@ def test_plain_http_to_the_tls_port_is_refused(tmp_path, pki, published):
         assert request(c, "/healthz")[0].status == 200
         c.close()
         host, port = srv.address  # a client that does not trust the server's CA
-        c = http.client.HTTPSConnection(host, port, context=ssl.create_default_context(), timeout=10)
+        c = http.client.HTTPSConnection(host, port, context=ssl.create_default_context(), timeout=IO_TIMEOUT)
         with pytest.raises(ssl.SSLCertVerificationError):
             request(c, "/healthz")
         c.close()
@@ -225,7 +232,7 @@ def test_inline_pem_certificate_key_and_client_ca(tmp_path, pki, published):
 
 def _served_serial(srv, pki):
     host, port = srv.address
-    with socket.create_connection((host, port), timeout=10) as raw:
+    with socket.create_connection((host, port), timeout=IO_TIMEOUT) as raw:
         with client_ctx(pki).wrap_socket(raw, server_hostname="localhost") as s:
             from cryptography import x509
 
@@ -264,23 +271,35 @@ class GatedServer(SidecarServer):
 
     def _encode(self, encoder, pub):
         type(self).encodes += 1
-        self.gate.wait(30)
+        self.gate.wait(IO_TIMEOUT)
         return super()._encode(encoder, pub)
 
 
 def _send(srv, path="/metrics", extra=""):
-    s = socket.create_connection(srv.address[:2], timeout=30)
+    s = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)
     s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n".encode())
     return s
 
 
+class Clock:
+    """The listener's clock (ages of bodies and encodings), moved by the test."""
+
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
 def test_503_with_retry_after_beyond_max_requests(published):
     GatedServer.gate = threading.Event()
-    with serving(published, cls=GatedServer, max_requests=2) as srv:
+    clock = Clock()
+    with serving(published, cls=GatedServer, max_requests=2, clock=clock) as srv:
         held = []
         try:
             held = [_send(srv), _send(srv)]
             wait_for(lambda: srv.inflight == 2, "two scrapes in flight")
+            clock.t += 2  # the encoding has run for two seconds: bodies are not built fast enough
             with closing(plain(srv)) as c:
                 r, _ = request(c)
                 assert r.status == 503 and r.getheader("Retry-After") == "1"
@@ -328,11 +347,53 @@ def test_one_encoding_per_published_state(published):
         assert GatedServer.encodes == 1  # within a second of the first, same state: one encoding
 
 
+def _value(body: bytes, series: str) -> float:
+    for line in body.decode().splitlines():
+        if line.startswith(series + " "):
+            return float(line.split(" ")[1])
+    raise AssertionError(f"{series} not in the body")
+
+
+@pytest.mark.parametrize("polls_between", [2, 8])
+def test_a_scrape_shows_the_latest_completed_poll_whatever_the_cadence(polls_between):
+    """Issue 18 (1): a steady page, a scrape, then a burst; the next scrape comes 4 s later,
+    after several polls of the new page. It must show the newest poll (its success time, the
+    burst's tokens/s and TTFT), never the body made for the scrape before. The poll loop and
+    both clocks are driven by the test."""
+    from conftest import FakeClock
+
+    clock = FakeClock()
+    interval = 4.0 / polls_between
+    sc, seq = sidecar_with(clock, cfg(poll_interval=interval, window=10), page("after_load.txt"))
+    for _ in range(3):  # vLLM's page is steady
+        sc.poll_once()
+        clock.advance(interval)
+    listener_clock = Clock()
+    last_success = 'vllm_sidecar_last_success_timestamp_seconds{target="vllm"}'
+    tokens = 'vllm_sidecar_generation_tokens_per_second{model_name="tiny-llama"}'
+    with serving(None, lambda_state=lambda: sc.published, clock=listener_clock) as srv, closing(plain(srv)) as c:
+        r, before = request(c)
+        assert r.status == 200 and _value(before, last_success) == sc.published.t
+        assert _value(before, tokens) == 0.0  # steady: nothing generated
+        seq.text = page("after_pressure.txt")  # the burst: every counter and histogram grows
+        for _ in range(polls_between):
+            sc.poll_once()
+            clock.advance(interval)
+            listener_clock.t += interval
+        r, after = request(c)
+        assert r.status == 200
+        assert _value(after, last_success) == sc.published.t  # the newest completed poll ...
+        assert _value(after, tokens) > 0  # ... with the burst in it
+        assert 'vllm_sidecar_ttft_seconds{model_name="tiny-llama",quantile="0.99"}' in after.decode()
+        listener_clock.t += 0.5  # a scrape soon after, same poll: the same body
+        assert request(c)[1] == after
+
+
 def test_header_timeout_closes_slow_and_silent_connections(published):
-    with serving(published, header_timeout=0.3) as srv:
-        slow = socket.create_connection(srv.address[:2], timeout=30)
+    with serving(published, header_timeout=WAITED) as srv:
+        slow = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)
         slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # ... and never the end of the head
-        silent = socket.create_connection(srv.address[:2], timeout=30)
+        silent = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)
         assert slow.recv(1024) == b""  # closed by the server
         assert silent.recv(1024) == b""
         slow.close()
@@ -343,8 +404,8 @@ def test_header_timeout_closes_slow_and_silent_connections(published):
 
 
 def test_header_timeout_covers_the_tls_handshake(tmp_path, pki, published):
-    with serving(published, web=web_file(tmp_path, tls_yaml(pki)), header_timeout=0.3) as srv:
-        silent = socket.create_connection(srv.address[:2], timeout=30)  # never sends a ClientHello
+    with serving(published, web=web_file(tmp_path, tls_yaml(pki)), header_timeout=WAITED) as srv:
+        silent = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)  # never sends a ClientHello
         assert silent.recv(1024) == b""
         silent.close()
         with closing(https(srv, pki)) as c:
@@ -354,11 +415,11 @@ def test_header_timeout_covers_the_tls_handshake(tmp_path, pki, published):
 
 
 def test_idle_keep_alive_connection_is_closed(published):
-    with serving(published, idle_timeout=0.3) as srv:
+    with serving(published, idle_timeout=WAITED) as srv:
         s = _send(srv, "/healthz")
         head = read_response_head(s)
         assert head.startswith(b"HTTP/1.1 200 ") and b"Connection: close" not in head
-        s.settimeout(30)
+        s.settimeout(IO_TIMEOUT)
         while s.recv(1024):
             pass  # ends when the server closes the idle connection
         s.close()
@@ -370,7 +431,7 @@ def test_500_idle_and_slowloris_connections_do_not_starve_a_scrape(published):
         crowd = []
         try:
             for i in range(500):
-                s = socket.create_connection(srv.address[:2], timeout=30)
+                s = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)
                 if i % 2:
                     s.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")  # slowloris: a head that never ends
                 crowd.append(s)
@@ -390,7 +451,7 @@ def test_when_full_the_oldest_waiting_connection_makes_room(published):
     with serving(published, max_connections=8, header_timeout=60) as srv:
         with closing(plain(srv)) as keep:
             assert request(keep, "/healthz")[0].status == 200  # an idle keep-alive connection
-            stalled = [socket.create_connection(srv.address[:2], timeout=30) for _ in range(20)]
+            stalled = [socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT) for _ in range(20)]
             try:
                 with closing(plain(srv)) as c:
                     assert request(c)[0].status == 200
@@ -409,16 +470,16 @@ def test_bad_requests(published):
         s = _send(srv, "/metrics", "Content-Length: 5\r\n")
         assert read_response_head(s).startswith(b"HTTP/1.1 413 ")
         s.close()
-        s = socket.create_connection(srv.address[:2], timeout=30)
+        s = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)
         s.sendall(b"GARBAGE\r\n\r\n")
         assert read_response_head(s).startswith(b"HTTP/1.1 400 ")
         s.close()
-        s = socket.create_connection(srv.address[:2], timeout=30)
-        s.sendall(b"GET /metrics HTTP/1.1\r\n" + b"X-Big: " + b"a" * 20000 + b"\r\n\r\n")
+        s = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-Big: " + b"a" * 20000 + b"\r\n\r\n")
         assert read_response_head(s).startswith(b"HTTP/1.1 431 ")
         s.close()
-        s = socket.create_connection(srv.address[:2], timeout=30)  # two pipelined requests
-        s.sendall(b"GET /healthz HTTP/1.1\r\n\r\nGET /readyz HTTP/1.1\r\nConnection: close\r\n\r\n")
+        s = socket.create_connection(srv.address[:2], timeout=IO_TIMEOUT)  # two pipelined requests
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         data = b""
         while True:
             chunk = s.recv(65536)
@@ -435,12 +496,12 @@ def test_bad_requests(published):
 def test_ipv6_loopback_and_dual_stack(published):
     with serving(published, host="::1") as srv:
         assert srv.address[0] == "::1"
-        with closing(http.client.HTTPConnection("::1", srv.address[1], timeout=10)) as c:
+        with closing(http.client.HTTPConnection("::1", srv.address[1], timeout=IO_TIMEOUT)) as c:
             assert request(c)[0].status == 200
     with serving(published, host="::") as srv:
-        with closing(http.client.HTTPConnection("::1", srv.address[1], timeout=10)) as c:
+        with closing(http.client.HTTPConnection("::1", srv.address[1], timeout=IO_TIMEOUT)) as c:
             assert request(c, "/healthz")[0].status == 200
-        with closing(http.client.HTTPConnection("127.0.0.1", srv.address[1], timeout=10)) as c:
+        with closing(http.client.HTTPConnection("127.0.0.1", srv.address[1], timeout=IO_TIMEOUT)) as c:
             assert request(c, "/healthz")[0].status == 200  # dual-stack
 
 
@@ -492,6 +553,8 @@ def test_web_config_problems_are_named(tmp_path, pki):
     assert "min_version 'TLS14'" in _web_error(tmp_path, tls_yaml(pki, "  min_version: TLS14\n"))
     assert "unknown cipher" in _web_error(tmp_path, tls_yaml(pki, "  cipher_suites: [TLS_NOPE]\n"))
     assert "can not be configured" in _web_error(tmp_path, "http_server_config:\n  headers:\n    X-Mine: 1\n")
+    assert "printable ASCII" in _web_error(  # a value h11 would refuse to send
+        tmp_path, 'http_server_config:\n  headers:\n    Content-Security-Policy: "default-src \u00e9"\n')
     assert "not valid YAML" in _web_error(tmp_path, "tls_server_config: [\n")
     empty = webconfig.load(web_file(tmp_path, ""))  # exporter-toolkit: an empty file is plain HTTP
     assert empty.tls is None and not empty.users
@@ -503,7 +566,7 @@ def test_web_config_problems_are_named(tmp_path, pki):
 def run_cli(*args, env=None):
     e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True, text=True,
-                          timeout=30, env=e, cwd=ROOT)
+                          timeout=2 * IO_TIMEOUT, env=e, cwd=ROOT)
 
 
 @pytest.mark.parametrize("how,text,needle", [
@@ -549,7 +612,7 @@ def test_cli_serves_tls_and_auth_on_ipv6(tmp_path, pki):
 
     def scrape(auth):
         try:
-            with closing(http.client.HTTPSConnection("::1", port, context=ctx, timeout=10)) as c:
+            with closing(http.client.HTTPSConnection("::1", port, context=ctx, timeout=IO_TIMEOUT)) as c:
                 headers = {"Authorization": auth} if auth else {}
                 return request(c, **headers)
         except OSError:
@@ -562,6 +625,6 @@ def test_cli_serves_tls_and_auth_on_ipv6(tmp_path, pki):
         assert scrape(basic("prometheus", "nope"))[0].status == 401
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=10)
+        _, err = proc.communicate(timeout=IO_TIMEOUT)
         vllm.stop()
     assert "serving on https://[::1]:" in err

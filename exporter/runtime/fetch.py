@@ -1,6 +1,7 @@
 """Fetching a metrics page over HTTP: vLLM's ``/metrics``, and dcgm-exporter's for the dcgm source.
 
-A small HTTP/1.1 client on one socket, written for a peer that may be broken or hostile:
+A small HTTP/1.1 client on one socket (framed by h11), written for a peer that may be broken or
+hostile:
 
 - **One deadline per read, for everything.** ``fetch`` takes ``deadline = now + timeout`` and
   every blocking step gets the time left and nothing more: the name lookup (in a helper thread,
@@ -10,15 +11,20 @@ A small HTTP/1.1 client on one socket, written for a peer that may be broken or 
   slowly, dribbles its headers or body a byte at a time, streams forever or never answers costs
   at most ``timeout`` seconds, and the poll fails with ``timeout``.
 - **Bounded everything else.** Header block at most 64 KiB and 100 lines; at most 8 interim
-  (1xx) answers, skipped; chunk-size lines at most 4 KiB; the page at most ``max_bytes`` raw
-  *and* after gzip decompression, enforced while reading (a ``Content-Length`` over the cap
-  fails before a byte of body is read; a gzip bomb stops at ``max_bytes + 1`` decompressed).
-- **Strict framing.** ``Content-Length`` (one value), ``chunked`` or read-to-close; a body shorter
-  than its ``Content-Length`` is ``connection``, a longer one (bytes after the answer), both
-  framings at once, a bad chunk, a truncated or corrupt gzip stream, an unknown encoding, a
-  status line that is not HTTP/1.x, a folded or malformed header: ``protocol``. Redirects are
-  not followed (``http_other``, the redacted ``Location`` in the message): a sidecar reads one
-  known address, and a redirect is usually a login page.
+  (1xx) answers, skipped; the page at most ``max_bytes`` raw *and* after gzip decompression,
+  enforced while reading (a ``Content-Length`` over the cap fails before a byte of body is read;
+  a gzip bomb stops at ``max_bytes + 1`` decompressed).
+- **Framing by h11.** The request is written and the answer read by h11 (sans-IO: this module
+  owns the socket, the deadline and the caps, h11 the HTTP/1.1 framing: status line, header
+  syntax, ``Content-Length``, ``chunked``, read-to-close, keep-alive). Whatever h11 refuses (a
+  malformed status line or header, a ``Content-Length`` that is not one number in ASCII digits,
+  a bad chunk, a transfer coding other than ``chunked``) is ``protocol``, and so are a version
+  other than HTTP/1.x, both framings at once, bytes after the answer (a body longer than its
+  ``Content-Length``), a truncated or corrupt gzip stream and an unknown encoding; an answer
+  that does not begin with ``HTTP/`` (another protocol's banner) fails at once rather than at
+  the deadline. A body shorter than its ``Content-Length`` (the server closed) is
+  ``connection``. Redirects are not followed (``http_other``, the redacted ``Location`` in the
+  message): a sidecar reads one known address, and a redirect is usually a login page.
 - **One kept-alive connection**, reused while the server keeps it and the last answer was read
   cleanly; dropped on any error. A kept-alive connection the server closed while idle is
   noticed before the request (or on an empty answer) and replaced once, within the deadline.
@@ -49,6 +55,8 @@ import zlib
 from typing import Callable, List, Optional, Tuple
 from urllib.parse import unquote, urlsplit
 
+import h11
+
 from .. import __version__
 from .config import TOKEN_MAX_BYTES, parse_token, redact_url
 from .logs import add_secret
@@ -57,7 +65,6 @@ CHUNK = 64 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 MAX_HEADER_LINES = 100
 MAX_INTERIM = 8
-MAX_LINE = 4096
 DNS_CACHE_SECONDS = 30.0
 
 # Every reason a fetch can fail with (``vllm_sidecar_poll_errors_total{reason}``); the sidecar
@@ -123,16 +130,17 @@ class PageFetcher:
         if parts.port:
             host_header += f":{parts.port}"
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        self._head = (f"GET {target} HTTP/1.1\r\nHost: {host_header}\r\n"
-                      f"User-Agent: vllm-sidecar-exporter/{__version__}\r\n"
-                      # vLLM serves text either way; asking for text keeps other servers honest too
-                      "Accept: text/plain;version=0.0.4;q=1,*/*;q=0.1\r\n"
-                      "Accept-Encoding: gzip\r\n").encode("ascii")
+        self._target = target.encode("ascii")
+        self._headers = [(b"Host", host_header.encode("ascii")),
+                         (b"User-Agent", f"vllm-sidecar-exporter/{__version__}".encode("ascii")),
+                         # vLLM serves text either way; asking for text keeps other servers honest too
+                         (b"Accept", b"text/plain;version=0.0.4;q=1,*/*;q=0.1"),
+                         (b"Accept-Encoding", b"gzip")]
         self._basic = b""
         if parts.username is not None or parts.password is not None:
             user, pw = unquote(parts.username or ""), unquote(parts.password or "")
             add_secret(pw)
-            self._basic = b"Authorization: Basic " + base64.b64encode(f"{user}:{pw}".encode()) + b"\r\n"
+            self._basic = b"Basic " + base64.b64encode(f"{user}:{pw}".encode())
         self._token_file = token_file
         self._token_lock = threading.Lock()
         self._file_sig: Optional[tuple] = None
@@ -154,7 +162,8 @@ class PageFetcher:
             self._ctx = ssl.create_default_context(cafile=ca_file or None)
             self._ctx.set_alpn_protocols(["http/1.1"])
         self._sock: Optional[socket.socket] = None
-        self._buf = bytearray()
+        self._h: Optional[h11.Connection] = None  # the HTTP/1.1 state of the open connection
+        self._got = 0  # bytes of the answer under way received so far
         self._phase = ""
         self._ctype = ""
         self.connections = 0  # connections opened, for tests and the benchmark
@@ -162,7 +171,7 @@ class PageFetcher:
     # -- the bearer token --------------------------------------------------------------------
     def _set_token(self, token: str) -> None:
         add_secret(token)
-        self._auth = b"Authorization: Bearer " + token.encode("ascii") + b"\r\n"
+        self._auth = b"Bearer " + token.encode("ascii")
 
     def _check_token_file(self, force: bool = False) -> None:
         """Re-read the token file when it changed (inode, size, times) or when forced; a bad file
@@ -220,8 +229,9 @@ class PageFetcher:
         """Return the page text, or raise FetchError; never takes longer than ``timeout``."""
         deadline = self._monotonic() + self.timeout
         try:
-            request = self._head + self._auth_header() + b"\r\n"
-            body = self._exchange(request, deadline)
+            auth = self._auth_header()
+            headers = self._headers + [(b"Authorization", auth)] if auth else self._headers
+            body = self._exchange(h11.Request(method=b"GET", target=self._target, headers=headers), deadline)
         except FetchError as exc:
             self._drop()
             exc.message = f"{self.safe_url}: {exc.message}"
@@ -258,7 +268,7 @@ class PageFetcher:
         self.last_bytes = len(body)
         return text
 
-    def _exchange(self, request: bytes, deadline: float) -> bytes:
+    def _exchange(self, request: h11.Request, deadline: float) -> bytes:
         reused = self._sock is not None
         if reused and not self._idle_ok():
             self._drop()
@@ -266,35 +276,92 @@ class PageFetcher:
         if self._sock is None:
             self._connect(deadline)
         try:
-            self._phase = "sending the request"
-            self._send(request, deadline)
-            status, headers, keep = self._read_head(deadline)
+            status, headers = self._ask(request, deadline)
         except (_Eof, ConnectionResetError, BrokenPipeError):
-            if not reused or self._buf:
+            if not reused or self._got:
                 raise
             # the server closed the kept-alive connection as we reused it: once, on a fresh one
             self._drop()
             self._connect(deadline)
-            self._phase = "sending the request"
-            self._send(request, deadline)
-            status, headers, keep = self._read_head(deadline)
+            status, headers = self._ask(request, deadline)
         if status != 200:
             raise _status_error(status, headers)
         self._ctype = headers.get("content-type", "")
         body = self._read_body(headers, deadline)
-        if not keep:
+        h = self._h
+        assert h is not None
+        if h.our_state is not h11.DONE or h.their_state is not h11.DONE:  # the server closes (or h11 will)
             self._drop()
-        elif self._buf:
-            raise FetchError("protocol", f"{len(self._buf)} bytes after the end of the answer "
-                                         "(a body longer than its Content-Length)")
         else:
             extra = self._pending()
-            if extra is None:  # the server closed after answering: fine, connect again next time
-                self._drop()
-            elif extra:
+            if h.trailing_data[0] or extra:
                 raise FetchError("protocol", "bytes after the end of the answer (a body longer than its "
                                              "Content-Length)")
+            if extra is None:  # the server closed after answering: fine, connect again next time
+                self._drop()
         return body
+
+    def _ask(self, request: h11.Request, deadline: float) -> Tuple[int, dict]:
+        """Send the request; the status and headers of the answer (interim ones skipped)."""
+        h = self._h
+        assert h is not None
+        if h.our_state is h11.DONE:
+            h.start_next_cycle()
+        self._got = 0
+        self._phase = "sending the request"
+        self._send(h.send(request) + h.send(h11.EndOfMessage()), deadline)  # type: ignore[operator]
+        self._phase = "waiting for the status line and headers"
+        for _ in range(MAX_INTERIM + 1):
+            ev = self._event(deadline, lambda: "in the middle of the headers" if self._got else "before answering")
+            if type(ev) is h11.InformationalResponse:
+                if ev.status_code == 101:
+                    raise FetchError("protocol", "the server switched protocols (HTTP 101)")
+                continue  # an interim answer (100 Continue, 103 Early Hints): the real one follows
+            assert type(ev) is h11.Response
+            if self._got > MAX_HEADER_BYTES and self._got - len(h.trailing_data[0]) > MAX_HEADER_BYTES:
+                raise FetchError("protocol", f"header block over {MAX_HEADER_BYTES // 1024} KiB")
+            if ev.http_version not in (b"1.1", b"1.0"):
+                raise FetchError("protocol", "the answer does not start with an HTTP/1.x status line")
+            if len(ev.headers) > MAX_HEADER_LINES:
+                raise FetchError("protocol", f"more than {MAX_HEADER_LINES} header lines")
+            headers: dict = {}
+            for name, value in ev.headers:
+                key, val = name.decode("latin-1"), value.decode("latin-1")
+                headers[key] = f"{headers[key]}, {val}" if key in headers else val
+            return ev.status_code, headers
+        raise FetchError("protocol", f"more than {MAX_INTERIM} interim (1xx) answers")
+
+    def _event(self, deadline: float, where: Callable[[], str]):
+        """The next thing h11 reads from the answer, receiving (bounded by the time left) until it
+        has one. A close in the middle is ``_Eof(where)``; whatever h11 refuses is ``protocol``."""
+        h = self._h
+        assert h is not None
+        while True:
+            try:
+                ev = h.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise FetchError("protocol", f"unsound HTTP from the server ({_h11_text(exc)})") from None
+            if ev is not h11.NEED_DATA:
+                if type(ev) is h11.ConnectionClosed:
+                    raise _Eof(where())
+                return ev
+            sock = self._sock
+            sock.settimeout(self._left(deadline))  # type: ignore[union-attr]
+            data = sock.recv(CHUNK)  # type: ignore[union-attr]
+            if not self._got and data and not b"HTTP/".startswith(data[:5]):
+                # another protocol on the port (an SSH banner): say so now, not at the deadline
+                raise FetchError("protocol", "the answer does not start with an HTTP/1.x status line")
+            self._got += len(data)
+            if not data:
+                h.receive_data(b"")
+                try:
+                    ev = h.next_event()  # the end of a read-to-close body, or a cut
+                except h11.RemoteProtocolError:
+                    raise _Eof(where()) from None
+                if type(ev) is h11.EndOfMessage:
+                    return ev
+                raise _Eof(where())
+            h.receive_data(data)
 
     # -- connection ----------------------------------------------------------------------------
     def _left(self, deadline: float) -> float:
@@ -351,13 +418,13 @@ class PageFetcher:
             sock.close()
             raise
         self._sock = sock
-        self._buf = bytearray()
+        self._h = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEADER_BYTES)
         self.connections += 1
 
     def _idle_ok(self) -> bool:
         """A kept-alive connection is usable when nothing arrived on it while idle (neither the
         server's close nor stray bytes; TLS records without data, e.g. session tickets, are fine)."""
-        if self._buf:
+        if self._h is None or self._h.trailing_data[0]:
             return False
         state = self._peek()
         return state is False
@@ -393,7 +460,7 @@ class PageFetcher:
 
     def _drop(self) -> None:
         sock, self._sock = self._sock, None
-        self._buf = bytearray()
+        self._h = None
         if sock is not None:
             try:
                 sock.close()
@@ -404,47 +471,10 @@ class PageFetcher:
         self._sock.settimeout(self._left(deadline))  # sendall: the timeout bounds the whole send
         self._sock.sendall(data)
 
-    def _recv_more(self, deadline: float, where: str) -> None:
-        """One recv into the buffer, bounded by the time left; EOF raises ``_Eof(where)``."""
-        sock = self._sock
-        sock.settimeout(self._left(deadline))
-        data = sock.recv(CHUNK)
-        if not data:
-            raise _Eof(where)
-        self._buf += data
-
-    # -- the answer ----------------------------------------------------------------------------
-    def _read_head(self, deadline: float) -> Tuple[int, dict, bool]:
-        for _ in range(MAX_INTERIM + 1):
-            self._phase = "waiting for the status line and headers"
-            buf = self._buf
-            scanned = 0
-            while True:
-                if not buf.startswith(b"HTTP/"[:len(buf)]):  # another protocol on the port: say so now
-                    raise FetchError("protocol", "the answer does not start with an HTTP/1.x status line")
-                end, sep = _head_end(buf, scanned)
-                if end >= 0:
-                    break
-                if len(buf) > MAX_HEADER_BYTES:
-                    raise FetchError("protocol", f"header block over {MAX_HEADER_BYTES // 1024} KiB")
-                scanned = max(0, len(buf) - 3)
-                self._recv_more(deadline, "before answering" if not buf else "in the middle of the headers")
-                buf = self._buf
-            if end > MAX_HEADER_BYTES:
-                raise FetchError("protocol", f"header block over {MAX_HEADER_BYTES // 1024} KiB")
-            head = bytes(buf[:end])
-            del buf[:end + sep]
-            status, version, headers = _parse_head(head)
-            if 100 <= status < 200:
-                if status == 101:
-                    raise FetchError("protocol", "the server switched protocols (HTTP 101)")
-                continue  # an interim answer (100 Continue, 103 Early Hints): the real one follows
-            conn = headers.get("connection", "").lower()
-            keep = "close" not in conn if version == "HTTP/1.1" else "keep-alive" in conn
-            return status, headers, keep
-        raise FetchError("protocol", f"more than {MAX_INTERIM} interim (1xx) answers")
-
+    # -- the body ------------------------------------------------------------------------------
     def _read_body(self, headers: dict, deadline: float) -> bytes:
+        """The body as h11 frames it (Content-Length, chunked, or to the close), capped raw and
+        after decompression while it is read."""
         te = headers.get("transfer-encoding")
         cl = headers.get("content-length")
         ce = headers.get("content-encoding", "identity").strip().lower()
@@ -452,96 +482,25 @@ class PageFetcher:
             raise FetchError("protocol", f"Content-Encoding {ce[:40]!r} was not asked for")
         if te is not None and cl is not None:
             raise FetchError("protocol", "both Transfer-Encoding and Content-Length")
+        n = int(cl) if cl is not None else -1  # (h11 has checked it is one number in ASCII digits)
+        if n > self.max_bytes:
+            raise FetchError("too_large", f"page of {n} bytes is over the {self.max_bytes}-byte cap")
         sink = _Sink(self.max_bytes, ce in ("gzip", "x-gzip"))
         self._phase = "reading the body"
-        if te is not None:
-            if te.replace(" ", "").lower() != "chunked":
-                raise FetchError("protocol", f"Transfer-Encoding {te[:40]!r} is not supported")
-            self._read_chunked(sink, deadline)
-        elif cl is not None:
-            values = {v.strip() for v in cl.split(",")}
-            if len(values) != 1 or not next(iter(values)).isdigit() or len(next(iter(values))) > 18:
-                raise FetchError("protocol", "Content-Length is not one number")
-            n = int(values.pop())
-            if n > self.max_bytes:
-                raise FetchError("too_large", f"page of {n} bytes is over the {self.max_bytes}-byte cap")
-            sink.feed(self._read_exact(n, deadline))
-        else:
-            self._read_to_close(sink, deadline)
-        return sink.finish()
-
-    def _read_exact(self, n: int, deadline: float):
-        buf = self._buf
-        if len(buf) >= n:
-            out = bytes(buf[:n])
-            del buf[:n]
-            return out
-        out = bytearray(n)
-        view = memoryview(out)
-        have = len(buf)
-        view[:have] = buf
-        buf.clear()
-        sock = self._sock
-        while have < n:
-            sock.settimeout(self._left(deadline))
-            got = sock.recv_into(view[have:], min(n - have, 1 << 20))
-            if not got:
-                raise _Eof(f"after {have} of the {n} bytes it announced")
-            have += got
-        return out
-
-    def _read_line(self, deadline: float, what: str) -> bytes:
-        buf = self._buf
-        scanned = 0
-        while True:
-            i = buf.find(b"\n", scanned)
-            if i >= 0:
-                line = bytes(buf[:i])
-                del buf[:i + 1]
-                return line[:-1] if line.endswith(b"\r") else line
-            if len(buf) > MAX_LINE:
-                raise FetchError("protocol", f"{what} longer than {MAX_LINE} bytes")
-            scanned = len(buf)
-            self._recv_more(deadline, f"in the middle of the body ({what})")
-            buf = self._buf
-
-    def _read_chunked(self, sink: "_Sink", deadline: float) -> None:
         raw = 0
-        while True:
-            line = self._read_line(deadline, "a chunk-size line")
-            size_text = line.split(b";", 1)[0].strip()
-            if not size_text or len(size_text) > 15 or size_text.strip(b"0123456789abcdefABCDEF"):
-                raise FetchError("protocol", "bad chunk-size line in a chunked body")
-            size = int(size_text, 16)
-            if size == 0:
-                for _ in range(MAX_HEADER_LINES):
-                    if not self._read_line(deadline, "a trailer line"):
-                        return
-                raise FetchError("protocol", f"more than {MAX_HEADER_LINES} trailer lines")
-            raw += size
-            if raw > self.max_bytes:
-                raise FetchError("too_large", f"page over the {self.max_bytes}-byte cap")
-            sink.feed(self._read_exact(size, deadline))
-            if self._read_line(deadline, "a chunk end"):
-                raise FetchError("protocol", "a chunk is longer than its size line says")
 
-    def _read_to_close(self, sink: "_Sink", deadline: float) -> None:
-        """No length given: the body ends when the server closes (HTTP/1.0 style)."""
-        raw = len(self._buf)
-        if self._buf:
-            sink.feed(bytes(self._buf))
-            self._buf.clear()
-        sock = self._sock
+        def where() -> str:
+            return f"after {raw} of the {n} bytes it announced" if n >= 0 else "in the middle of the body"
+
         while True:
-            sock.settimeout(self._left(deadline))
-            data = sock.recv(CHUNK)
-            if not data:
-                self._drop()
-                return
-            raw += len(data)
-            if raw > self.max_bytes:
-                raise FetchError("too_large", f"page over the {self.max_bytes}-byte cap")
-            sink.feed(data)
+            ev = self._event(deadline, where)
+            if type(ev) is h11.Data:
+                raw += len(ev.data)
+                if raw > self.max_bytes:
+                    raise FetchError("too_large", f"page over the {self.max_bytes}-byte cap")
+                sink.feed(ev.data)
+            elif type(ev) is h11.EndOfMessage:
+                return sink.finish()
 
     def close(self) -> None:
         """Close the connection; a read in flight on another thread fails at once (connection)."""
@@ -605,40 +564,6 @@ def _readable(sock) -> bool:
     return bool(p.poll(0))
 
 
-def _head_end(buf: bytearray, start: int) -> Tuple[int, int]:
-    """Where the header block ends (index, separator length), or (-1, 0). CRLF CRLF, or bare
-    LF LF from sloppy servers."""
-    i = buf.find(b"\r\n\r\n", start)
-    j = buf.find(b"\n\n", start)
-    if j >= 0 and (i < 0 or j < i):
-        return j, 2
-    return (i, 4) if i >= 0 else (-1, 0)
-
-
-def _parse_head(head: bytes) -> Tuple[int, str, dict]:
-    lines = head.split(b"\n")
-    first = lines[0].rstrip(b"\r")
-    bits = first.split(b" ", 2)
-    if len(bits) < 2 or bits[0] not in (b"HTTP/1.1", b"HTTP/1.0") or len(bits[1]) != 3 or not bits[1].isdigit():
-        raise FetchError("protocol", "the answer does not start with an HTTP/1.x status line")
-    if len(lines) - 1 > MAX_HEADER_LINES:
-        raise FetchError("protocol", f"more than {MAX_HEADER_LINES} header lines")
-    headers: dict = {}
-    for raw in lines[1:]:
-        line = raw.rstrip(b"\r")
-        if not line:
-            continue
-        if line[:1] in (b" ", b"\t"):
-            raise FetchError("protocol", "a folded header line")
-        name, sep, value = line.partition(b":")
-        if not sep or not name or name != name.strip() or b" " in name:
-            raise FetchError("protocol", "a malformed header line")
-        key = name.decode("latin-1").lower()
-        val = value.strip().decode("latin-1")
-        headers[key] = f"{headers[key]}, {val}" if key in headers else val
-    return int(bits[1]), bits[0].decode("ascii"), headers
-
-
 def _status_error(status: int, headers: dict) -> FetchError:
     if status >= 500:
         return FetchError("http_5xx", f"HTTP {status}")
@@ -651,6 +576,16 @@ def _status_error(status: int, headers: dict) -> FetchError:
         return FetchError("http_other", f"HTTP {status} redirect to {where}; redirects are not followed, "
                                         "point the URL at the page itself")
     return FetchError("http_other", f"HTTP {status}")
+
+
+def _h11_text(exc: h11.RemoteProtocolError) -> str:
+    """What h11 said, without the bytes the server sent (h11 quotes an offending line)."""
+    text = str(exc)
+    for mark in (": bytearray(", ": b'", ': b"', ": '"):
+        i = text.find(mark)
+        if i >= 0:
+            text = text[:i]
+    return text.splitlines()[0][:80] if text.strip() else type(exc).__name__
 
 
 def _ssl_text(exc: ssl.SSLError) -> str:

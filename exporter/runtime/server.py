@@ -15,27 +15,37 @@ The design, chosen for being simple and hard to starve:
 - One thread runs an asyncio event loop that owns every socket: it accepts (backlog 1024), does
   the TLS handshake, reads request heads and writes responses. A connection costs a file
   descriptor and a few KiB, never a thread, so idle and slow connections cannot use up workers.
-- A request is looked at only once its whole head (request line and headers) has arrived. A new
-  connection has ``header_timeout`` seconds for its TLS handshake and its first request head; an
-  idle keep-alive connection is closed after ``idle_timeout`` seconds, and once the next request
-  starts arriving the header timeout applies again. A head over 16 KiB gets 431; a request body
-  gets 413 (nothing here takes one). A response the client does not read within the idle timeout
-  is dropped with its connection.
+- HTTP/1.1 is read and written by h11 (sans-IO: it frames, this module owns the sockets, the
+  timers and the caps). A request is looked at only once h11 has its whole head. A head h11
+  refuses is answered with the status it names (400, or 501 for a transfer coding it does not
+  know) and the connection closed; so is a head over 16 KiB (431), a version other than
+  HTTP/1.x (505) and a request with a body (413: nothing here takes one; a ``POST`` gets 405).
+  A body, if any, is read past by h11 when it has all arrived, otherwise the connection closes
+  after the answer: a byte of a body is never read as the next request. Every refusal is
+  counted (``bad_request``). A new connection has ``header_timeout`` seconds for its TLS
+  handshake and its first request head; an idle keep-alive connection is closed after
+  ``idle_timeout`` seconds, and once the next request starts arriving the header timeout applies
+  again. A response the client does not read within the idle timeout is dropped with its
+  connection. (h11 does not keep HTTP/1.0 connections alive: they close after one answer.)
 - At most ``max_connections`` are open. When full, a new connection pushes out the oldest one
   still waiting for a complete request head (a slow or stalled client), else the oldest idle
   keep-alive one; one in the middle of a request is never pushed out, so a slowloris crowd cannot
   keep Prometheus out, nor hold more than the cap.
-- ``/healthz`` and ``/readyz`` are answered right on the loop. ``/metrics`` (and ``/``) go
-  through the web configuration (``webconfig``: rate limit, basic auth) first.
+- Routing is one table (``SidecarServer._make_routes``: path -> handler, guarded or not).
+  ``/healthz`` and ``/readyz`` are answered right on the loop. ``/metrics``, ``/`` and unknown
+  paths go through the web configuration (``webconfig``: rate limit, basic auth) first.
 - A ``/metrics`` body is encoded once per published state and format, on a pool of two worker
   threads, and gzip-compressed once in the same step; every scrape of that state gets the same
-  bytes. The poll loop swaps an immutable ``Published``, so the object itself is the generation;
-  a body is also re-encoded when it is a second old, so the ``process_*`` series stay fresh
-  between slow polls. While a new body is being encoded, scrapes get the previous one if it is
-  under five seconds old (so a storm never queues behind an encoding); otherwise they wait for
-  it, and at most ``max_requests`` may wait (node_exporter's ``--web.max-requests``): beyond
-  that 503 with ``Retry-After``. So the limit bites exactly when bodies cannot be built fast
-  enough, and answering from a ready body is never refused.
+  bytes. The poll loop swaps an immutable ``Published``, so the object itself is the generation.
+  A scrape always gets the state of the latest completed poll: once a poll has published, a body
+  of an earlier state is never served, the scrape waits for the new one (the encoding is shared
+  by every scrape of that state). A body is also re-encoded when it is a second old, so the
+  ``process_*`` series stay fresh between slow polls; while that runs, scrapes get the body at
+  hand if it is under five seconds old (it shows the same poll). Any number of scrapes may wait
+  for an encoding that started under a second ago; once one takes longer, at most
+  ``max_requests`` may wait (node_exporter's ``--web.max-requests``): beyond that 503 with
+  ``Retry-After``. So the limit bites exactly when bodies cannot be built fast enough, and
+  answering from a ready body is never refused.
 - Nothing waits when nothing has to: a request whose body is ready (and whose password's
   verdict is cached) is answered in the same loop step that read it; only a wait for bcrypt or
   for an encoding becomes a task.
@@ -52,6 +62,7 @@ Threads: the loop, two workers and the bcrypt thread, whatever the load.
 from __future__ import annotations
 
 import asyncio
+import enum
 import gzip
 import hashlib
 import ipaddress
@@ -69,6 +80,7 @@ from queue import SimpleQueue
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
+import h11
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
@@ -86,9 +98,11 @@ WORKERS = 2
 AUTH_WAITING = 32  # bcrypt checks allowed to wait; beyond, 503
 AUTH_CACHE = 1024
 BODY_MAX_AGE = 1.0  # seconds a body is reused while the published state does not change
-STALE_MAX = 5.0  # seconds a body may still be served while its successor is being encoded
+STALE_MAX = 5.0  # seconds a body may still be served while the same state is encoded again
+SLOW_ENCODING = 1.0  # an encoding running longer: bodies are not built fast enough, max_requests applies
 TEXT = "text/plain; charset=utf-8"
 LANDING = b"vllm-sidecar-exporter: /metrics /healthz /readyz\n"
+_PHRASES = {s.value: s.phrase for s in HTTPStatus}
 REJECT_REASONS = ("max_requests", "unauthorized", "auth_busy", "rate_limit", "bad_request")
 CLOSE_REASONS = ("header_timeout", "idle_timeout", "evicted", "tls")
 # exporter-toolkit's: a bcrypt hash of "fakepassword", checked for unknown users so that timing
@@ -105,53 +119,35 @@ def make_registry(state: Callable[[], Published]) -> CollectorRegistry:
 
 # -- HTTP pieces ---------------------------------------------------------------------------------
 
-class BadRequest(Exception):
-    def __init__(self, code: int, msg: str) -> None:
-        super().__init__(msg)
-        self.code = code
-
-
 class Request:
-    __slots__ = ("method", "target", "path", "version", "headers", "keep_alive", "has_body")
+    """What routing needs of one request h11 has read: the method, the target and its path, the
+    version and the headers (names lower-cased, repeated ones joined with ", ")."""
+
+    __slots__ = ("method", "target", "path", "version", "headers", "has_body")
 
     def __init__(self, method: str, target: str, path: str, version: str, headers: Dict[str, str]) -> None:
         self.method, self.target, self.path, self.version, self.headers = method, target, path, version, headers
-        tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
-        self.keep_alive = ("keep-alive" in tokens) if version == "HTTP/1.0" else ("close" not in tokens)
         cl = headers.get("content-length")
-        if cl is not None and not cl.strip().isdigit():
-            raise BadRequest(400, "bad Content-Length")
-        self.has_body = "transfer-encoding" in headers or (cl is not None and int(cl) > 0)
+        self.has_body = "transfer-encoding" in headers or (cl is not None and cl != "0")
+
+    @classmethod
+    def from_h11(cls, ev: h11.Request) -> "Request":
+        headers: Dict[str, str] = {}
+        for name, value in ev.headers:
+            k, v = name.decode("latin-1"), value.decode("latin-1")
+            headers[k] = f"{headers[k]}, {v}" if k in headers else v
+        target = ev.target.decode("latin-1")
+        return cls(ev.method.decode("latin-1"), target, _path_of(target),
+                   "HTTP/" + ev.http_version.decode("latin-1"), headers)
 
 
-def parse_head(head: bytes) -> Request:
-    """A request line and its headers (no blank line) -> Request; ``BadRequest`` if malformed."""
-    lines = head.decode("latin-1").split("\n")
-    parts = lines[0].rstrip("\r").split(" ")
-    if len(parts) != 3 or not parts[0].isalpha():
-        raise BadRequest(400, "bad request line")
-    method, target, version = parts
-    if version not in ("HTTP/1.1", "HTTP/1.0"):
-        raise BadRequest(505 if version.startswith("HTTP/") else 400, "HTTP/1.1 only")
-    headers: Dict[str, str] = {}
-    for line in lines[1:]:
-        line = line.rstrip("\r")
-        if not line:
-            continue
-        if line[0] in " \t":
-            raise BadRequest(400, "folded header lines are not accepted")
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise BadRequest(400, "bad header line")
-        name, value = name.lower(), value.strip(" \t")
-        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+def _path_of(target: str) -> str:
+    """The path of a request target (origin or absolute form); "" for any other form."""
     if target.startswith("/"):
-        path = target.split("?", 1)[0]
-    elif target.startswith(("http://", "https://")):
-        path = urlsplit(target).path or "/"
-    else:
-        raise BadRequest(400, "bad request target")
-    return Request(method, target, path, version, headers)
+        return target.split("?", 1)[0]
+    if target.startswith(("http://", "https://")):
+        return urlsplit(target).path or "/"
+    return ""
 
 
 def accepts_gzip(value: str) -> bool:
@@ -199,6 +195,8 @@ def basic_credentials(header: str) -> Optional[Tuple[str, bytes]]:
     except UnicodeDecodeError:
         return None
 
+
+Handler = Callable[["_Conn", Request, bool], None]  # (connection, request, head_only)
 
 _date_cache: Tuple[int, str] = (0, "")
 
@@ -406,24 +404,37 @@ class _ListenerCollector:
 
 # -- one connection ------------------------------------------------------------------------------
 
-NEW, IDLE, READING, BUSY, CLOSING, CLOSED = range(6)
+class ConnState(enum.Enum):
+    """Where one connection is. Eviction, the timers and what may be read or written go by it."""
+
+    NEW = "new"          # connected; the TLS handshake and the first request head are pending
+    IDLE = "idle"        # keep-alive, between requests
+    READING = "reading"  # the next request head is arriving
+    BUSY = "busy"        # a request is being served
+    CLOSING = "closing"  # the last answer is written, the transport closes once it is sent
+    CLOSED = "closed"
+
+
+NEW, IDLE, READING, BUSY, CLOSING, CLOSED = (ConnState.NEW, ConnState.IDLE, ConnState.READING, ConnState.BUSY,
+                                             ConnState.CLOSING, ConnState.CLOSED)
+_WAITING = (NEW, IDLE, READING)  # states in which the next request head is read
 
 
 class _Conn(asyncio.Protocol):
-    """One client connection: reads heads, hands complete requests to the server, writes answers.
-
-    States: NEW (connected, handshake and first head pending), IDLE (keep-alive, between requests),
-    READING (the next head is arriving), BUSY (a request is being served), CLOSING, CLOSED."""
+    """One client connection: feeds what arrives to its h11 state machine, hands each complete
+    request to the server, writes the answer through h11. h11 does all the framing (request
+    line, headers, bodies, keep-alive); the connection keeps the caps, the timers and the state.
+    """
 
     def __init__(self, srv: "SidecarServer") -> None:
         self.srv = srv
         self.loop = srv._loop
         self.transport: Optional[asyncio.BaseTransport] = None
-        self.buf = bytearray()
+        self.h = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        self.fed = 0  # bytes handed to h11 since the current request head began
+        self.head_req = False  # the request being served is a HEAD (its answer has no body)
         self.state = NEW
         self.timer: Optional[asyncio.TimerHandle] = None
-        self.keep = True
-        self.http10 = False
         self.eof = False
         self.write_paused = False
         self.read_paused = False
@@ -437,7 +448,7 @@ class _Conn(asyncio.Protocol):
         if self.handshaking:  # TLS: the handshake is done (the connection was counted at accept)
             self.transport = transport
             self.handshaking = False
-            if self.state == CLOSED:
+            if self.state is CLOSED:
                 transport.abort()
                 return
             tls = self.tls
@@ -449,7 +460,7 @@ class _Conn(asyncio.Protocol):
             return
         self.transport = transport
         self.srv._opened(self)
-        if self.state != CLOSED:
+        if self.state is not CLOSED:
             self._arm(self.srv.header_timeout, "header_timeout")
 
     def accepted_tls(self, sock: socket.socket) -> None:
@@ -458,7 +469,7 @@ class _Conn(asyncio.Protocol):
         self.handshaking = True
         self.raw = sock
         self.srv._opened(self)
-        if self.state == CLOSED:
+        if self.state is CLOSED:
             return
         self._arm(self.srv.header_timeout, "header_timeout")
         self.hs_task = self.srv._spawn(self._handshake(sock))
@@ -472,7 +483,7 @@ class _Conn(asyncio.Protocol):
             await self.loop.connect_accepted_socket(lambda: self, sock, ssl=tls.context,
                                                     ssl_handshake_timeout=self.srv.header_timeout, **kw)
         except (OSError, asyncio.TimeoutError, ssl.SSLError, ConnectionError) as exc:
-            if self.state != CLOSED:
+            if self.state is not CLOSED:
                 log.debug("TLS handshake failed: %s", exc)
                 self.srv.closed["tls"] += 1
                 self.state = CLOSED
@@ -492,16 +503,16 @@ class _Conn(asyncio.Protocol):
 
     def eof_received(self) -> Optional[bool]:
         self.eof = True
-        if self.state == BUSY and not self.srv.tls:
+        if self.state is BUSY and not self.srv.tls:
             return True  # a half-closed client still gets its answer
-        return False
+        return False  # between requests or in the middle of a head: closed quietly
 
     def pause_writing(self) -> None:
         self.write_paused = True
 
     def resume_writing(self) -> None:
         self.write_paused = False
-        if self.state in (IDLE, READING) and self.buf:
+        if self.state in (IDLE, READING):
             self._next()
 
     # -- timers ---------------------------------------------------------------------------------
@@ -522,7 +533,7 @@ class _Conn(asyncio.Protocol):
         self._abort()
 
     def _abort(self) -> None:
-        if self.state == CLOSED:
+        if self.state is CLOSED:
             return
         self.state = CLOSED
         self._disarm()
@@ -541,101 +552,132 @@ class _Conn(asyncio.Protocol):
 
     # -- reading ------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        if self.state in (CLOSING, CLOSED):
+        state = self.state
+        if state is CLOSING or state is CLOSED:
             return
-        self.buf += data
-        if self.state == BUSY:
-            if len(self.buf) > MAX_HEAD and not self.read_paused:
+        if state is NEW and not self.srv.tls and data[:1] == b"\x16":  # a TLS handshake on plain HTTP
+            self.srv.rejected["bad_request"] += 1
+            self._abort()
+            return
+        self.h.receive_data(data)
+        self.fed += len(data)
+        if state is BUSY:  # pipelined, or a body: held (by h11) up to the cap, then reading pauses
+            if self.fed > 2 * MAX_HEAD and not self.read_paused:
                 self.read_paused = True
                 self.transport.pause_reading()  # type: ignore[union-attr]
             return
-        if self.state == IDLE:
+        if state is IDLE:
             self.state = READING
             self._arm(self.srv.header_timeout, "header_timeout")
         self._next()
 
     def _next(self) -> None:
-        if self.state not in (NEW, IDLE, READING) or self.write_paused:
+        """Take the next request out of what arrived, if it is all there. A head h11 refuses is
+        answered with the status h11 names (400, 431, 501) and the connection closed."""
+        if self.state not in _WAITING or self.write_paused:
             return
-        buf = self.buf
-        skip = 0
-        while skip < len(buf) and buf[skip] in (10, 13):  # empty lines before a request line
-            skip += 1
-        if skip:
-            del buf[:skip]
-        if not buf:
-            if self.eof:
-                self._abort()
-            return
-        if self.state == NEW and not self.srv.tls and buf[0] == 0x16:  # a TLS handshake on plain HTTP
-            self.srv.rejected["bad_request"] += 1
-            self._abort()
-            return
-        end, sep = buf.find(b"\r\n\r\n"), 4
-        lf = buf.find(b"\n\n")
-        if lf != -1 and (end == -1 or lf < end):
-            end, sep = lf, 2
-        if end == -1 or end > MAX_HEAD:
-            if len(buf) > MAX_HEAD or end > MAX_HEAD:
-                self._begin()
-                self.keep = False
-                self.srv.rejected["bad_request"] += 1
-                self.reply(431, b"request head too large\n", close=True)
-            elif self.eof:
-                self._abort()
-            return
-        head = bytes(buf[:end])
-        del buf[:end + sep]
-        self._begin()
+        h = self.h
         try:
-            req = parse_head(head)
-        except BadRequest as exc:
-            self.keep = False
-            self.srv.rejected["bad_request"] += 1
-            self.reply(exc.code, f"{exc}\n".encode(), close=True)
+            ev = h.next_event()
+        except h11.RemoteProtocolError as exc:
+            self._refuse(exc.error_status_hint, str(exc))
             return
-        self.keep = req.keep_alive and not self.eof
-        self.http10 = req.version == "HTTP/1.0"
-        self.srv._handle(self, req)
+        if ev is h11.NEED_DATA:
+            if self.eof:  # the client went before its head was complete
+                self._abort()
+            return
+        if type(ev) is h11.Request:
+            head = self.fed - len(h.trailing_data[0]) if self.fed > MAX_HEAD else 0
+            self._begin()
+            self.head_req = ev.method == b"HEAD"
+            if head > MAX_HEAD:  # a head over the cap that arrived whole, in one read
+                self._refuse(431, "request head too large")
+                return
+            if ev.http_version not in (b"1.1", b"1.0"):
+                self._refuse(505, "HTTP/1.1 only")
+                return
+            self.srv._handle(self, Request.from_h11(ev))
+            return
+        self._abort()  # ConnectionClosed (or anything else h11 may say between requests)
+
+    def _refuse(self, code: int, why: str) -> None:
+        """A request refused before it could be routed: counted, answered, the connection closed."""
+        self._begin()
+        self.srv.rejected["bad_request"] += 1
+        log.debug("bad request (%d): %s", code, why)
+        if code not in _PHRASES:
+            code = 400
+        self.reply(code, f"{_PHRASES[code].lower()}\n".encode(), close=True)
 
     def _begin(self) -> None:
         self.state = BUSY
         self._disarm()
 
+    def _body_read(self) -> bool:
+        """Whether the request's body (if any) has all arrived and been read past (it is thrown
+        away); False means the connection must close after the answer, so that no byte of a
+        body is ever read as the next request."""
+        h = self.h
+        try:
+            while h.their_state is h11.SEND_BODY:
+                ev = h.next_event()
+                if ev is h11.NEED_DATA or ev is h11.PAUSED:
+                    return False
+        except h11.RemoteProtocolError:
+            return False
+        return h.their_state is h11.DONE
+
     # -- writing ------------------------------------------------------------------------------
-    def reply(self, code: int, body: bytes = b"", ctype: str = TEXT, headers: Iterable[Tuple[str, str]] = (),
+    def reply(self, code: int, body: bytes = b"", ctype: str = TEXT, headers: Tuple[Tuple[str, str], ...] = (),
               head_only: bool = False, close: bool = False) -> None:
         """Answer the request being served (once; a no-op when the connection is gone)."""
-        if self.state != BUSY:
+        if self.state is not BUSY:
             return
-        keep = self.keep and not close and not self.eof
-        parts = [f"HTTP/1.1 {code} {HTTPStatus(code).phrase}\r\nServer: vllm-sidecar-exporter\r\n"
-                 f"Date: {_http_date()}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"]
-        parts.extend(f"{k}: {v}\r\n" for k, v in headers)
-        parts.extend(f"{k}: {v}\r\n" for k, v in self.srv.web.cfg.headers)
-        if not keep:
-            parts.append("Connection: close\r\n")
-        elif self.http10:
-            parts.append("Connection: keep-alive\r\n")
-        parts.append("\r\n")
-        head = "".join(parts).encode("latin-1")
+        h = self.h
+        keep = not close and not self.eof and self._body_read()
+        date = _http_date()
+        extra = self.srv.web.cfg.headers
+        key = (code, ctype, len(body), date, headers, extra, keep)
+        cache = self.srv._responses
+        resp = cache.get(key)
+        if resp is None:  # the same answer head is made once per second and reused (h11 events are immutable)
+            hs = [("Server", "vllm-sidecar-exporter"), ("Date", date), ("Content-Type", ctype),
+                  ("Content-Length", str(len(body))), *headers, *extra]
+            if not keep:
+                hs.append(("Connection", "close"))
+            resp = h11.Response(status_code=code, headers=hs, reason=_PHRASES.get(code, ""))
+            if len(cache) >= 64:
+                cache.clear()
+            cache[key] = resp
         tr = self.transport
-        tr.write(head if head_only or not body else head + body)  # type: ignore[union-attr]
-        if not keep:
+        try:
+            out = h.send(resp)
+            if body and not head_only and not self.head_req:
+                out += b"".join(h.send_with_data_passthrough(h11.Data(data=body)))  # type: ignore[arg-type]
+            out += h.send(h11.EndOfMessage())  # type: ignore[operator]
+        except h11.LocalProtocolError as exc:  # a header h11 refuses: a bug here, not the client's
+            log.error("answer %d not sent: %s", code, exc)
+            self._abort()
+            return
+        tr.write(out)  # type: ignore[union-attr, arg-type]
+        if not keep or h.our_state is not h11.DONE:  # (h11 closes after an HTTP/1.0 request)
             self.state = CLOSING
             tr.close()  # type: ignore[union-attr]
             self._arm(self.srv.idle_timeout, "idle_timeout")  # a client that never reads its answer
             return
+        h.start_next_cycle()
+        self.head_req = False
+        self.fed = len(h.trailing_data[0])  # a pipelined request, already here
         self.state = IDLE
         self._arm(self.srv.idle_timeout, "idle_timeout")
         if self.read_paused:
             self.read_paused = False
             tr.resume_reading()  # type: ignore[union-attr]
-        if self.buf or self.eof:
+        if self.fed or self.eof:
             self.loop.call_soon(self._pipelined)
 
     def _pipelined(self) -> None:
-        if self.state == IDLE and self.buf:
+        if self.state is IDLE and self.fed:
             self.state = READING
             self._arm(self.srv.header_timeout, "header_timeout")
         self._next()
@@ -687,8 +729,9 @@ class SidecarServer:
     def __init__(self, host: str, port: int, state: Callable[[], Published], healthy: Callable[[], bool],
                  *, web: Union[WebConfigWatcher, str, None] = None, max_requests: int = 40,
                  max_connections: int = 1000, header_timeout: float = 10.0, idle_timeout: float = 120.0,
-                 backlog: int = BACKLOG) -> None:
+                 backlog: int = BACKLOG, clock: Callable[[], float] = time.monotonic) -> None:
         self.state = state
+        self.clock = clock  # ages of bodies and encodings (tests drive it)
         self.healthy = healthy
         self.ready = threading.Event()
         self.registry = make_registry(state)  # the whole registry, for callers; /metrics serves cached bodies
@@ -715,6 +758,8 @@ class SidecarServer:
         self._workers: Optional[_Pool] = None
         self._auth_pool: Optional[_Pool] = None
         self._auth: Optional[_BasicAuth] = None
+        self.routes = self._make_routes()
+        self._responses: Dict[tuple, h11.Response] = {}  # answer heads of this second, by what is in them
 
     @property
     def address(self) -> Tuple[str, int]:
@@ -826,6 +871,7 @@ class SidecarServer:
 
     # -- requests (loop thread) -----------------------------------------------------------------
     def _handle(self, conn: _Conn, req: Request) -> None:
+        """One request h11 has read: refused (405, 413, 400), or handed to its route."""
         if req.method not in ("GET", "HEAD"):
             conn.reply(405, b"method not allowed\n", headers=(("Allow", "GET, HEAD"),))
             return
@@ -833,28 +879,53 @@ class SidecarServer:
             self.rejected["bad_request"] += 1
             conn.reply(413, b"request bodies are not accepted\n", close=True)
             return
+        if not req.path:
+            self.rejected["bad_request"] += 1
+            conn.reply(400, b"bad request target\n", close=True)
+            return
         head_only = req.method == "HEAD"
-        if req.path == "/healthz":  # probes: cheap, no authentication (see the module doc)
-            if self.healthy():
-                conn.reply(200, b"ok\n", head_only=head_only)
+        handler, guarded = self.routes.get(req.path, (self._not_found, True))
+        try:
+            if guarded:
+                self._guarded(conn, req, head_only, handler)
             else:
-                conn.reply(503, b"poll loop wedged\n", head_only=head_only)
-        elif req.path == "/readyz":
-            if self.ready.is_set():
-                conn.reply(200, b"ready\n", head_only=head_only)
-            else:
-                conn.reply(503, b"starting\n", head_only=head_only)
-        else:
-            try:
-                self._serve(conn, req, head_only)
-            except Exception:  # a collector bug must show as a 500, not kill the server
-                log.exception("serving %s failed", req.path)
-                conn.reply(500, b"building metrics failed\n", close=True)
+                handler(conn, req, head_only)
+        except Exception:  # a collector bug must show as a 500, not kill the server
+            log.exception("serving %s failed", req.path)
+            conn.reply(500, b"building metrics failed\n", close=True)
 
-    def _serve(self, conn: _Conn, req: Request, head_only: bool) -> None:
-        """``/metrics`` and ``/``: answered right here when nothing has to wait (the usual case: a
-        body is ready, a password's verdict is cached); otherwise a task waits for bcrypt or for
-        the body."""
+    def _make_routes(self) -> Dict[str, Tuple[Handler, bool]]:
+        """path -> (handler, guarded). A guarded route goes through the web configuration (rate
+        limit, basic auth) first; the probes are not guarded (see the module doc). A path not
+        listed is a 404, guarded too. A new route is one line here and its handler."""
+        return {
+            "/healthz": (self._healthz, False),
+            "/readyz": (self._readyz, False),
+            "/metrics": (self._metrics, True),
+            "/": (self._landing, True),
+        }
+
+    def _healthz(self, conn: _Conn, req: Request, head_only: bool) -> None:
+        if self.healthy():
+            conn.reply(200, b"ok\n", head_only=head_only)
+        else:
+            conn.reply(503, b"poll loop wedged\n", head_only=head_only)
+
+    def _readyz(self, conn: _Conn, req: Request, head_only: bool) -> None:
+        if self.ready.is_set():
+            conn.reply(200, b"ready\n", head_only=head_only)
+        else:
+            conn.reply(503, b"starting\n", head_only=head_only)
+
+    def _landing(self, conn: _Conn, req: Request, head_only: bool) -> None:
+        conn.reply(200, LANDING, head_only=head_only)
+
+    def _not_found(self, conn: _Conn, req: Request, head_only: bool) -> None:
+        conn.reply(404, b"not found\n", head_only=head_only)
+
+    def _guarded(self, conn: _Conn, req: Request, head_only: bool, handler: Handler) -> None:
+        """Rate limit and basic auth, then ``handler``: right here when nothing has to wait (the
+        usual case: no users, or a password's verdict cached); otherwise a task waits for bcrypt."""
         cfg = self.web.current()
         if cfg.rate_interval > 0 and not self._bucket.take(cfg.rate_interval, cfg.rate_burst,
                                                            self._loop.time()):  # type: ignore[union-attr]
@@ -864,17 +935,17 @@ class SidecarServer:
         if cfg.users:
             verdict = self._auth.cached(req.headers.get("authorization", ""), cfg.users)  # type: ignore[union-attr]
             if verdict is None:
-                self._spawn(self._serve_after_auth(conn, req, head_only, cfg.users))
+                self._spawn(self._after_auth(conn, req, head_only, cfg.users, handler))
                 return
             if not self._authorized(conn, verdict, head_only):
                 return
-        self._route(conn, req, head_only)
+        handler(conn, req, head_only)
 
-    async def _serve_after_auth(self, conn: _Conn, req: Request, head_only: bool, users) -> None:
+    async def _after_auth(self, conn: _Conn, req: Request, head_only: bool, users, handler: Handler) -> None:
         try:
             verdict = await self._auth.check(self._loop, req.headers.get("authorization", ""), users)  # type: ignore[union-attr]
             if self._authorized(conn, verdict, head_only):
-                self._route(conn, req, head_only)
+                handler(conn, req, head_only)
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001
@@ -894,22 +965,17 @@ class SidecarServer:
             return False
         return True
 
-    def _route(self, conn: _Conn, req: Request, head_only: bool) -> None:
-        if req.path == "/metrics":
-            gz = accepts_gzip(req.headers.get("accept-encoding", ""))
-            e, ctype = self._pick(req.headers.get("accept", ""))
-            if e.fut.done():
-                self._send_body(conn, e, ctype, gz, head_only)
-            elif self.max_requests and self.inflight >= self.max_requests:
-                self.rejected["max_requests"] += 1
-                conn.reply(503, b"too many scrapes at once, retry\n", headers=(("Retry-After", "1"),),
-                           head_only=head_only)
-            else:
-                self._spawn(self._wait_for_body(conn, e, ctype, gz, head_only))
-        elif req.path == "/":
-            conn.reply(200, LANDING, head_only=head_only)
+    def _metrics(self, conn: _Conn, req: Request, head_only: bool) -> None:
+        gz = accepts_gzip(req.headers.get("accept-encoding", ""))
+        e, ctype = self._pick(req.headers.get("accept", ""))
+        if e.fut.done():
+            self._send_body(conn, e, ctype, gz, head_only)
+        elif self.max_requests and self.inflight >= self.max_requests and self.clock() - e.t >= SLOW_ENCODING:
+            self.rejected["max_requests"] += 1
+            conn.reply(503, b"too many scrapes at once, retry\n", headers=(("Retry-After", "1"),),
+                       head_only=head_only)
         else:
-            conn.reply(404, b"not found\n", head_only=head_only)
+            self._spawn(self._wait_for_body(conn, e, ctype, gz, head_only))
 
     async def _wait_for_body(self, conn: _Conn, e: "_Entry", ctype: str, gz: bool, head_only: bool) -> None:
         self.inflight += 1
@@ -933,17 +999,15 @@ class SidecarServer:
         conn.reply(200, zipped if gz else plain, ctype, headers, head_only=head_only)
 
     def _pick(self, accept: str) -> Tuple["_Entry", str]:
-        """The body to answer with now, and its content type, for the current state: built once
-        per state and format, and kept while fresh.
+        """The body to answer with now, and its content type: the encoding of the state the
+        latest completed poll published, never of an older one.
 
-        A body whose encoding started less than BODY_MAX_AGE ago is served as it is; an older one
-        or one of a previous state is encoded again, and while that runs (milliseconds; seconds
-        on a starved CPU) scrapes get the previous body if it is under STALE_MAX old, so a storm
-        of scrapers never queues behind an encoding. Otherwise (the first scrape, scrapes further
-        apart than that, an encoder that hangs) the scrape waits for the new body: those waits are
-        the requests in flight that ``max_requests`` counts."""
-        loop = self._loop
-        assert loop is not None
+        A body of the current state whose encoding started less than BODY_MAX_AGE ago is served
+        as it is. An older body of the current state is encoded again (so that the ``process_*``
+        series stay fresh between slow polls), and while that runs the body at hand is served if
+        it is under STALE_MAX old: it shows the same poll. A body of a previous state is never
+        served: once a poll has published, scrapes wait for the encoding of its state (shared,
+        one per state and format; milliseconds, seconds on a starved CPU)."""
         chosen = self._encoders.get(accept)
         if chosen is None:
             chosen = choose_encoder(accept)
@@ -951,17 +1015,20 @@ class SidecarServer:
                 self._encoders[accept] = chosen
         encoder, ctype = chosen
         pub = self.state()
-        now = loop.time()
+        now = self.clock()
         slot = self._slots.get(ctype)
         if slot is None:
             slot = self._slots[ctype] = _Slot()
         ready = slot.ready
-        if ready is not None and ready.pub is pub and now - ready.t < BODY_MAX_AGE:
-            return ready, ctype
-        if slot.pending is None:
+        if ready is not None and ready.pub is pub:
+            if now - ready.t < BODY_MAX_AGE:
+                return ready, ctype
+            if slot.pending is None:
+                self._start_encoding(slot, encoder, pub, now)
+            if now - ready.t < STALE_MAX:
+                return ready, ctype
+        elif slot.pending is None or slot.pending.pub is not pub:
             self._start_encoding(slot, encoder, pub, now)
-        if ready is not None and now - ready.t < STALE_MAX:
-            return ready, ctype
         return slot.pending, ctype  # type: ignore[return-value]
 
     def _start_encoding(self, slot: _Slot, encoder: Callable, pub: Published, now: float) -> None:

@@ -112,6 +112,8 @@ EXTRA_HEADERS: Dict[str, Tuple[str, ...]] = {
     "Content-Security-Policy": (),
 }
 
+# an HTTP field value (RFC 9110 5.5) in ASCII: visible characters, inner spaces and tabs
+_FIELD_VALUE_RE = re.compile(r"(?:[\x21-\x7e](?:[\x20\x09\x21-\x7e]*[\x21-\x7e])?)?")
 BCRYPT_RE = re.compile(r"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
 _DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -408,6 +410,9 @@ def _headers(path: str, raw: Any) -> Tuple[Tuple[str, str], ...]:
                               f"{', '.join(allowed)}, got {value!r}")
         if any(c in value for c in "\r\n\0"):
             raise _fail(path, f"http_server_config: headers: {name}: a value cannot hold a line break")
+        if not _FIELD_VALUE_RE.fullmatch(value):  # what h11 would refuse to send, refused at load
+            raise _fail(path, f"http_server_config: headers: {name}: a value must be printable ASCII "
+                              "without leading or trailing blanks")
         if value:  # exporter-toolkit: unset if blank
             out.append((name, value))
     return tuple(out)
