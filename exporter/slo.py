@@ -12,6 +12,7 @@ Prometheus duration into seconds for the sidecar.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 from functools import lru_cache
@@ -25,17 +26,54 @@ from .errors import ConfigError
 DEFAULTS_FILE = "slo.yaml"
 SEVERITIES = ("critical", "warning", "info")
 
-_DURATION_RE = re.compile(r"(\d+(?:ms|s|m|h|d|w|y))+")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 _LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+# -- durations -------------------------------------------------------------------------------
+# The one parser of Prometheus durations in the project (the SLO file, the PromQL engine, the
+# backtest's sources and rule files all call it; the web config's Go durations are another
+# syntax). It is ``model.ParseDuration`` of prometheus/common 0.39 (Prometheus 2.42): ``0``, or
+# ASCII digits with the units y (365 days) w d h m s ms, each at most once, in that order, not
+# empty, at most 2^63-1 nanoseconds in all.
+
+_DURATION_RE = re.compile(r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?"
+                          r"(?:([0-9]+)m)?(?:([0-9]+)s)?(?:([0-9]+)ms)?")
+_UNIT_MS = (365 * 86_400_000, 7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1000, 1)
+_MAX_NS = 2 ** 63 - 1
+
+
+class DurationError(ValueError):
+    """Text that is not a Prometheus duration."""
+
+
+def parse_duration(text: str) -> int:
+    """Milliseconds of a Prometheus duration (``"0"`` is 0), exactly as Prometheus reads it;
+    anything else raises ``DurationError`` with Prometheus' own message."""
+    if not isinstance(text, str):
+        raise DurationError(f"not a valid duration string: {text!r}")
+    if text == "0":
+        return 0
+    if text == "":
+        raise DurationError("empty duration string")
+    m = _DURATION_RE.fullmatch(text)
+    if m is None:
+        raise DurationError(f"not a valid duration string: {text!r}")
+    total_ns = 0
+    for part, ms in zip(m.groups(), _UNIT_MS):
+        if part is None:
+            continue
+        n = int(part)
+        if n > _MAX_NS // ms // 1_000_000:
+            raise DurationError("duration out of range")
+        total_ns += n * ms * 1_000_000
+        if total_ns > _MAX_NS:
+            raise DurationError("duration out of range")
+    return total_ns // 1_000_000
 
 
 def seconds(duration: str) -> float:
-    """A Prometheus duration (``1h30m``, ``90s``) in seconds."""
-    s = str(duration).strip()
-    if not _DURATION_RE.fullmatch(s):
-        raise ValueError(f"{duration!r} is not a Prometheus duration like 5m")
-    return sum(int(n) * _UNIT_SECONDS[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", s))
+    """A Prometheus duration (``1h30m``, ``90s``) in seconds; ``DurationError`` (a ValueError)
+    when it is not one."""
+    return parse_duration(duration) / 1000
 
 
 @lru_cache(maxsize=1)
@@ -63,11 +101,27 @@ def _number(lo: float = -math.inf, hi: float = math.inf, open_lo: bool = False, 
     return check
 
 
+def _quoted(v: Any) -> str:
+    return json.dumps(v) if isinstance(v, str) else repr(v)
+
+
+def _duration_or_zero(v: Any, where: str) -> str:
+    """A Prometheus duration, ``0`` included (``for``, ``keep_firing_for``), kept as written."""
+    if not isinstance(v, str):
+        raise ConfigError(f"{where}: {_quoted(v)} is not a Prometheus duration (write it as text, like \"5m\")")
+    try:
+        parse_duration(v)
+    except DurationError:
+        raise ConfigError(f"{where}: {_quoted(v)} is not a Prometheus duration "
+                          "(like 90s or 1h30m: units y w d h m s ms, each once, in that order)") from None
+    return v
+
+
 def _duration(v: Any, where: str) -> str:
-    s = str(v).strip()
-    if isinstance(v, bool) or not _DURATION_RE.fullmatch(s):
-        raise ConfigError(f"{where}: {v!r} is not a Prometheus duration like 5m")
-    return s
+    """A window: a Prometheus duration longer than 0 (PromQL refuses ``[0s]``)."""
+    if parse_duration(_duration_or_zero(v, where)) == 0:
+        raise ConfigError(f"{where}: {_quoted(v)} must be longer than 0")
+    return v
 
 
 def _text(v: Any, where: str) -> str:
@@ -143,8 +197,8 @@ def _burn_pairs(v: Any, where: str) -> List[Dict[str, Any]]:
 
 
 ALERT_KEYS: Dict[str, Check] = {
-    "for": _duration,
-    "keep_firing_for": _duration,
+    "for": _duration_or_zero,
+    "keep_firing_for": _duration_or_zero,
     "enabled": _bool,
     "severity": _choice(*SEVERITIES),
     "labels": _label_map,
@@ -326,7 +380,7 @@ def load_slo(path: Optional[str]) -> Dict[str, Any]:
 
 def is_duration(path: str) -> bool:
     """Whether the SLO key at ``path`` holds a duration."""
-    return SCHEMA.get(path) is _duration
+    return SCHEMA.get(path) in (_duration, _duration_or_zero)
 
 
 def alert_settings(slo: Mapping[str, Any], rule_id: str) -> Dict[str, Any]:
