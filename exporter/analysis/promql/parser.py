@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from typing import Dict, List, Optional, Tuple
+
+import re2
 
 from .ast import (
     ARITHMETIC,
@@ -99,22 +102,37 @@ def parse_number(text: str) -> float:
         raise ValueError(f"error parsing number: {text!r}") from None
 
 
-_FLAGS = re.compile(r"\(\?([imsU]+)\)")
+class RegexError(re.error):
+    """A regular expression Go's ``regexp`` (RE2 syntax) refuses."""
 
 
-def compile_regex(pattern: str) -> "re.Pattern[str]":
-    """A Prometheus (RE2) regular expression as Python's ``re``; callers match it with
-    ``fullmatch`` (Prometheus anchors it as ``^(?:re)$``). Leading flags such as ``(?i)`` are
-    hoisted (Python wants them first); RE2's ``\\z`` is Python's ``\\Z``."""
-    flags = 0
-    m = _FLAGS.match(pattern)
-    if m:
-        for f in m.group(1):
-            if f == "U":
-                raise re.error("the ungreedy flag (?U) is not supported here")
-            flags |= {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL}[f]
-        pattern = pattern[m.end():]
-    return re.compile("(?:" + pattern.replace(r"\z", r"\Z") + ")", flags)
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+class GoRegex:
+    """A Prometheus regular expression: RE2 (Go's ``regexp`` syntax and semantics, flags inside
+    groups, ``\\z``, no backreferences or lookaround) anchored as Prometheus anchors it,
+    ``^(?:re)$``. ``fullmatch(text)`` gives a match (``group(i)``, ``group(name)``) or None."""
+
+    __slots__ = ("pattern", "_rx")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        try:
+            self._rx = re2.compile("^(?:" + pattern + ")$", _RE2_OPTIONS)
+        except re2.error as exc:
+            why = exc.args[0] if exc.args else exc
+            raise RegexError(why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)) from None
+
+    def fullmatch(self, text: str):
+        return self._rx.search(text)
+
+
+@lru_cache(maxsize=4096)
+def compile_regex(pattern: str) -> GoRegex:
+    """A Prometheus regular expression (``GoRegex``); ``RegexError`` when Go would refuse it."""
+    return GoRegex(pattern)
 
 
 class _Parser:
