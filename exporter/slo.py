@@ -144,10 +144,192 @@ def _bool(v: Any, where: str) -> bool:
     return v
 
 
+# -- PromQL and template text the pack writes into rules -----------------------------------
+# What the pack writes verbatim into a rule file must be what Prometheus accepts: label matchers
+# (``selector``), a regular expression inside a double-quoted PromQL string (``http_handlers``),
+# Go templates in alert labels and annotations. The checks below are Prometheus' own rules where
+# they are small (the lexer's strings and escapes, label names) and a strict subset where they
+# are not (templates), so that whatever passes renders a file ``promtool check rules`` accepts.
+
+_MATCHER_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
+
+
+def _promql_string(text: str, i: int) -> Tuple[str, int]:
+    """The PromQL string literal at ``text[i]`` (double, single or back quotes, the last raw), as
+    Prometheus' lexer and ``strconv.Unquote`` read it: its value and the index after it; a
+    ValueError when it is not one."""
+    q = text[i]
+    j = i + 1
+    out: List[str] = []
+    while True:
+        if j >= len(text):
+            raise ValueError("unterminated quoted string")
+        ch = text[j]
+        if ch == q:
+            return "".join(out), j + 1
+        if q == "`":
+            out.append(ch)
+            j += 1
+            continue
+        if ch == "\n":
+            raise ValueError("unterminated quoted string")
+        if ch != "\\":
+            out.append(ch)
+            j += 1
+            continue
+        e = text[j + 1: j + 2]
+        if e in _SIMPLE_ESCAPES:
+            out.append(_SIMPLE_ESCAPES[e])
+            j += 2
+        elif e == q:
+            out.append(q)
+            j += 2
+        elif e in ("x", "u", "U") or e in "01234567" and e:
+            n, base = {"x": (2, 16), "u": (4, 16), "U": (8, 16)}.get(e, (3, 8))
+            digits = text[j + 2: j + 2 + n] if e in "xuU" else text[j + 1: j + 4]
+            ok = "0123456789abcdefABCDEF" if base == 16 else "01234567"
+            if len(digits) != n or any(d not in ok for d in digits):
+                raise ValueError("invalid escape sequence")
+            cp = int(digits, base)
+            if (e in "x01234567" and cp > 255) or cp > 0x10FFFF or 0xD800 <= cp <= 0xDFFF:
+                raise ValueError("invalid escape sequence")
+            if e in "x01234567" and cp > 127:
+                raise ValueError("a byte escape above \\x7f makes the string invalid UTF-8")
+            out.append(chr(cp))
+            j += 2 + n if e in "xuU" else 4
+        else:
+            raise ValueError("unknown escape sequence")
+
+
+def _go_regex_error(pattern: str) -> Optional[str]:
+    """Why Go's ``regexp`` (RE2) refuses ``pattern``, or None. Uses RE2 itself when installed
+    (the analysis and test extras bring google-re2); else Python's ``re``, which is close."""
+    try:
+        import re2  # type: ignore[import-not-found]
+    except ImportError:  # pragma: no cover - the sidecar's image without the analysis extra
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            return str(exc)
+        return None
+    opts = re2.Options()
+    opts.log_errors = False
+    try:
+        re2.compile(pattern, opts)
+    except re2.error as exc:
+        why = exc.args[0] if exc.args else exc
+        return why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
+    return None
+
+
 def _selector(v: Any, where: str) -> str:
-    if not isinstance(v, str) or "{" in v or "}" in v:
-        raise ConfigError(f"{where}: expected label matchers without braces, like namespace=\"llm\"")
+    """Label matchers without braces (``namespace="llm", pod=~"vllm-.*"``), as Prometheus' parser
+    reads the inside of ``{…}``; no ``__name__`` (every rule names its metric)."""
+    hint = 'expected label matchers without braces, like namespace="llm"'
+    if not isinstance(v, str):
+        raise ConfigError(f"{where}: {hint}")
+    text, i, n = v, 0, len(v)
+
+    def skip(i: int) -> int:
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        return i
+
+    i = skip(i)
+    while i < n:
+        m = _MATCHER_NAME.match(text, i)
+        if not m:
+            raise ConfigError(f"{where}: {_quoted(v)}: a label name expected at character {i + 1}; {hint}")
+        name = m.group(0)
+        if name == "__name__":
+            raise ConfigError(f"{where}: __name__ cannot be matched here (each rule names its own metric)")
+        i = skip(m.end())
+        op = next((o for o in ("=~", "!~", "!=", "=") if text.startswith(o, i)), None)
+        if op is None:
+            raise ConfigError(f"{where}: {_quoted(v)}: =, !=, =~ or !~ expected at character {i + 1}")
+        i = skip(i + len(op))
+        if i >= n or text[i] not in "\"'`":
+            raise ConfigError(f"{where}: {_quoted(v)}: a quoted value expected at character {i + 1}")
+        try:
+            value, i = _promql_string(text, i)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {_quoted(v)}: {exc} at character {i + 1}") from None
+        if op in ("=~", "!~"):
+            why = _go_regex_error("^(?:" + value + ")$")
+            if why:
+                raise ConfigError(f"{where}: {_quoted(value)} is not a regular expression Prometheus takes ({why})")
+        i = skip(i)
+        if i < n:
+            if text[i] != ",":
+                raise ConfigError(f"{where}: {_quoted(v)}: \",\" expected at character {i + 1}")
+            i = skip(i + 1)
     return v
+
+
+def _regex_in_string(v: Any, where: str) -> str:
+    """A regular expression the pack writes between double quotes (``handler=~"…"``): RE2 syntax,
+    and nothing the PromQL string would read differently (no backslash, quote or line break)."""
+    if not isinstance(v, str):
+        raise ConfigError(f"{where}: expected a regular expression as text, got {_quoted(v)}")
+    bad = next((c for c in v if c in '\\"\n\r'), None)
+    if bad is not None:
+        raise ConfigError(f"{where}: {_quoted(v)}: {_quoted(bad)} cannot be written inside the rules' "
+                          "PromQL string (use a character class like [.] instead of a backslash)")
+    why = _go_regex_error("^(?:" + v + ")$")
+    if why:
+        raise ConfigError(f"{where}: {_quoted(v)} is not a regular expression Prometheus takes ({why})")
+    return v
+
+
+# Go templates in alert labels and annotations: Prometheus parses each (promtool check rules
+# does). Accepted here: text with actions that print a variable or one of its fields, optionally
+# piped through functions of Prometheus' template library that take no argument. That is what
+# alert texts use; anything richer is refused rather than guessed at.
+_TEMPLATE_VALUE = r"(?:\$labels\.[a-zA-Z_][a-zA-Z0-9_]*|\$externalLabels\.[a-zA-Z_][a-zA-Z0-9_]*|\$value|\$externalURL" \
+                  r"|\.Labels\.[a-zA-Z_][a-zA-Z0-9_]*|\.Value|\.ExternalURL)"
+_TEMPLATE_FUNCS = r"(?:humanize|humanize1024|humanizeDuration|humanizePercentage|humanizeTimestamp|toUpper|toLower|title)"
+_TEMPLATE_ACTION = re.compile(rf"\{{\{{-?[ \t]*(?:{_TEMPLATE_FUNCS}[ \t]+)?{_TEMPLATE_VALUE}"
+                              rf"(?:[ \t]*\|[ \t]*{_TEMPLATE_FUNCS})*[ \t]*-?\}}\}}")
+
+
+def _template_error(text: str) -> Optional[str]:
+    rest = _TEMPLATE_ACTION.sub("", text)
+    if "{{" in rest:
+        return ("a template action other than {{ $labels.NAME }}, {{ $value }} or {{ $value | humanize }} "
+                "(the forms this file accepts)")
+    return None
+
+
+def _label_value(x: Any, where: str, template: bool) -> str:
+    if not isinstance(x, (str, int, float)) or isinstance(x, bool):
+        raise ConfigError(f"{where}: expected a text value, got {_quoted(x)}")
+    x = str(x)
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in x):
+        raise ConfigError(f"{where}: not valid UTF-8")
+    if template:
+        why = _template_error(x)
+        if why:
+            raise ConfigError(f"{where}: {_quoted(x)}: {why}")
+    return x
+
+
+def _labels(template: bool, what: str = "label") -> Check:
+    def check(v: Any, where: str) -> Dict[str, str]:
+        if not isinstance(v, dict):
+            raise ConfigError(f"{where}: expected a mapping of {what} names to values")
+        out = {}
+        for k, x in v.items():
+            if not isinstance(k, str) or not _LABEL_RE.fullmatch(k):
+                raise ConfigError(f"{where}.{k}: not a valid {what} name")
+            if k == "__name__" and what == "label":
+                raise ConfigError(f"{where}.{k}: a rule cannot set __name__")
+            out[k] = _label_value(x, f"{where}.{k}", template)
+        return out
+    return check
+
+
+_label_map = _labels(template=True)  # the SLO's labels go on alerting rules too (templated there)
 
 
 def _label_names(v: Any, where: str) -> List[str]:
@@ -155,18 +337,22 @@ def _label_names(v: Any, where: str) -> List[str]:
         raise ConfigError(f"{where}: expected a list of label names")
     if "model_name" in v:
         raise ConfigError(f"{where}: model_name is added by the pack itself")
+    reserved = [x for x in v if x in ("le", "__name__") or x.startswith("__")]
+    if reserved:
+        raise ConfigError(f"{where}: {reserved[0]} cannot identify a replica")
+    if len(set(v)) != len(v):
+        raise ConfigError(f"{where}: a label is listed twice")
     return v
 
 
-def _label_map(v: Any, where: str) -> Dict[str, str]:
-    if not isinstance(v, dict):
-        raise ConfigError(f"{where}: expected a mapping of label names to values")
-    for k, x in v.items():
-        if not isinstance(k, str) or not _LABEL_RE.fullmatch(k):
-            raise ConfigError(f"{where}.{k}: not a valid label name")
-        if not isinstance(x, (str, int, float)) or isinstance(x, bool):
-            raise ConfigError(f"{where}.{k}: expected a text value, got {x!r}")
-    return {k: str(x) for k, x in v.items()}
+def _url(v: Any, where: str) -> str:
+    """Text written into each alert's ``runbook_url`` annotation (a Go template there)."""
+    if not isinstance(v, str):
+        raise ConfigError(f"{where}: expected text, got {_quoted(v)}")
+    why = _template_error(v)
+    if why:
+        raise ConfigError(f"{where}: {_quoted(v)}: {why}")
+    return _label_value(v, where, template=True)
 
 
 def _label_or_empty(v: Any, where: str) -> str:
@@ -201,8 +387,8 @@ ALERT_KEYS: Dict[str, Check] = {
     "keep_firing_for": _duration_or_zero,
     "enabled": _bool,
     "severity": _choice(*SEVERITIES),
-    "labels": _label_map,
-    "annotations": _label_map,
+    "labels": _labels(template=True),
+    "annotations": _labels(template=True, what="annotation"),
 }
 
 # Every leaf of the SLO file and its check. A mapping not listed here is a section whose keys
@@ -210,7 +396,7 @@ ALERT_KEYS: Dict[str, Check] = {
 SCHEMA: Dict[str, Check] = {
     "selector": _selector,
     "replica_labels": _label_names,
-    "runbook_base_url": _text,
+    "runbook_base_url": _url,
     "labels": _label_map,
     "windows.rate": _duration,
     "windows.sustain": _duration,
@@ -229,7 +415,7 @@ SCHEMA: Dict[str, Check] = {
     "objectives.output_tokens_per_second": _number(0, open_lo=True),
     "objectives.availability": _number(0, 1, open_lo=True, below=1),
     "availability_sli": _choice("combined", "http", "engine"),
-    "http_handlers": _text,
+    "http_handlers": _regex_in_string,
     "burn_rates.page": _burn_pairs,
     "burn_rates.ticket": _burn_pairs,
     "kv_cache.warn": _number(0, 1, open_lo=True),
