@@ -257,9 +257,9 @@ def _children(e: ast.Expr):
     return []
 
 
-def at_modifier_queries(expr: str, at_ms: int) -> List[Tuple[str, int]]:
+def at_modifier_queries(expr: str, at_ms: int, prometheus3: bool = False) -> List[Tuple[str, int]]:
     """test.go's ``atModifierTestCases``: the pinned expression and its evaluation times."""
-    tree = parse(expr)
+    tree = parse(expr, prometheus3)
     if any(f in AT_UNSAFE for f in _calls_outside_subqueries(tree)):
         return []
     text = str(_pin(tree, at_ms))
@@ -370,6 +370,250 @@ def run_file(path: Path) -> List[Outcome]:
         except (TestFileError, ValueError) as exc:
             out.append(Outcome(path.name, i + 1, line, f"cannot read: {exc}"))
             while i + 1 < len(lines) and lines[i + 1]:  # the rest of the command's block
+                i += 1
+        i += 1
+    return out
+
+
+# -- Prometheus 3 (``promql/promqltest``) ------------------------------------------------------
+# The v3 harness (``promql/promqltest/test.go``) adds ``eval range from A to B step S``, ``expect``
+# lines (``fail``, ``ordered``, ``warn``, ``info``, ``no_warn``, ``no_info``, with ``msg:`` or
+# ``regex:``), ``expected_fail_message``/``expected_fail_regexp``, ``expect string`` and ``expect
+# range vector``; its engine runs with Prometheus 3's left-open ranges (the backtest's
+# ``--prometheus3-ranges``), delayed name removal and experimental functions and syntax on.
+
+_EVAL3 = re.compile(r"eval(?:_(fail|warn|ordered|info))?\s+instant\s+(?:at\s+(.+?))?\s+(.+)")
+_EVAL3_RANGE = re.compile(r"eval(?:_(fail|warn|info))?\s+range\s+from\s+(.+)\s+to\s+(.+)\s+step\s+(.+?)\s+(.+)")
+_EXPECT = re.compile(r"expect\s+(ordered|fail|warn|no_warn|info|no_info)(?:\s+(regex|msg):(.+))?")
+_CONTEXT_FUNCS = re.compile(r"(start|end|range|step)\(\)")
+
+
+@dataclass
+class Eval3(Eval):
+    range_: Optional[Tuple[int, int, int]] = None  # from, to, step (ms) of an ``eval range``
+    series: Dict[Labels, Tuple[int, List]] = field(default_factory=dict)  # expected points
+    expects: Dict[str, List[Tuple[str, str]]] = field(default_factory=dict)  # kind -> (msg|regex, text)
+    fail_message: Optional[str] = None
+    fail_regexp: Optional[str] = None
+    string: Optional[str] = None
+    range_vector: bool = False
+
+
+def _eval3(lines: List[str], i: int) -> Tuple[int, Eval3]:
+    m, r = _EVAL3.fullmatch(lines[i]), _EVAL3_RANGE.fullmatch(lines[i])
+    if not m and not r:
+        raise TestFileError(f"line {i + 1}: invalid evaluation command")
+    if m:
+        mod, at, expr = m.groups()
+        cmd = Eval3(i + 1, expr, parse_duration(at or ""))
+    else:
+        mod, a, b, step, expr = r.groups()
+        lo, hi, st = parse_duration(a), parse_duration(b), parse_duration(step)
+        cmd = Eval3(i + 1, expr, hi, range_=(lo, hi, st))
+    cmd.fail, cmd.ordered = mod == "fail", mod == "ordered"
+    if mod in ("warn", "info"):
+        cmd.expects.setdefault(mod, []).append(("regex", ".*"))
+    j = 1
+    while i + 1 < len(lines) and lines[i + 1]:
+        i += 1
+        line = lines[i]
+        if cmd.fail and line.startswith("expected_fail_message"):
+            cmd.fail_message = line[len("expected_fail_message"):].strip()
+            break
+        if cmd.fail and line.startswith("expected_fail_regexp"):
+            cmd.fail_regexp = line[len("expected_fail_regexp"):].strip()
+            break
+        if line.startswith("expect range vector"):
+            cmd.range_vector = True
+            continue
+        if line.startswith("expect string"):
+            cmd.string = line[len("expect string"):].strip()
+            continue
+        if line.split(" ")[0] == "expect":
+            e = _EXPECT.fullmatch(line.strip())
+            if not e:
+                raise TestFileError(f"line {i + 1}: invalid expect statement")
+            kind, how, text = e.groups()
+            cmd.expects.setdefault(kind, []).append((how or "regex", (text or ".*").strip()))
+            if kind == "fail":
+                cmd.fail = True
+            if kind == "ordered":
+                cmd.ordered = True
+            continue
+        n = parse_number(line)
+        if n is not None:
+            cmd.scalar = n
+            break
+        labels, vals = parse_series(line)
+        if len(vals) > 1 and cmd.range_ is None and not cmd.range_vector:
+            raise TestFileError(f"line {i + 1}: expecting multiple values in instant evaluation")
+        cmd.series[labels] = (j, vals)
+        if len(vals) == 1 and isinstance(vals[0], float):
+            cmd.metrics[labels] = (j, vals[0])
+        j += 1
+    return i, cmd
+
+
+def _error_matches(cmd: Eval3, exc: Exception) -> Optional[str]:
+    msg = str(exc)
+    if cmd.fail_message is not None and cmd.fail_message != msg:
+        return f"expected the error {cmd.fail_message!r}, got {msg!r}"
+    if cmd.fail_regexp is not None and not re.search(cmd.fail_regexp, msg):
+        return f"expected an error matching {cmd.fail_regexp!r}, got {msg!r}"
+    for how, text in cmd.expects.get("fail", [])[:1]:
+        if (how == "msg" and text != msg) or (how == "regex" and not re.search(text, msg)):
+            return f"expected an error {how} {text!r}, got {msg!r}"
+    return None
+
+
+def _annotations(cmd: Eval3) -> Optional[str]:
+    """The engine reports no warnings or info annotations: an eval that expects one cannot pass."""
+    for kind in ("warn", "info"):
+        if cmd.expects.get(kind):
+            return f"expects a {kind} annotation; the engine reports none"
+    return None
+
+
+def _query3(store: Store, expr: str, times: List[int]):
+    t = np.array(times, dtype=np.int64)
+    ev = Evaluator(store, t, STEP_MS, LOOKBACK_MS, left_open=True, horizon=np.full(len(t), NO_HORIZON),
+                   start_end=(times[0], times[-1]))
+    return ev.eval(parse(expr, prometheus3=True))
+
+
+def _compare_matrix(cmd: Eval3, v, times: List[int]) -> Optional[str]:
+    if isinstance(v, str):
+        return "a string result in a range query"
+    if isinstance(v, np.ndarray):
+        got = {(): [(t, float(x)) for t, x in zip(times, v)]}
+    else:
+        got = {}
+        for i, ls in enumerate(v.labels):
+            pts = [(times[c], float(v.V[i, c])) for c in range(len(times)) if v.P[i, c]]
+            if pts:
+                got[ls] = pts
+    if cmd.ordered:
+        return "expected an ordered result, but a range query returns a matrix"
+    for ls, pts in got.items():
+        exp = cmd.series.get(ls)
+        if exp is None:
+            return f"unexpected metric {fmt(ls) if ls else '{}'} in result, has {pts}"
+        want = [(times[0] + k * cmd.range_[2], x) for k, x in enumerate(exp[1]) if x is not None]
+        if len(want) != len(pts):
+            return f"expected {len(want)} points for {fmt(ls) if ls else '{}'}, got {pts}"
+        for (wt, wx), (gt, gx) in zip(want, pts):
+            if wt != gt or not isinstance(wx, float) or not almost_equal(wx, gx):
+                return f"expected {want} for {fmt(ls) if ls else '{}'}, got {pts}"
+    for ls in cmd.series:
+        if ls not in got:
+            return f"expected metric {fmt(ls) if ls else '{}'} not found"
+    return None
+
+
+def run_eval3(store: Store, cmd: Eval3) -> Optional[str]:
+    try:
+        parse(cmd.expr, prometheus3=True)
+    except Exception as exc:
+        return f"cannot parse: {exc}"
+    why = _annotations(cmd)
+    if why:
+        return why
+    if cmd.range_vector:
+        return "expects a range vector from an instant query; the engine returns only instant vectors"
+    if cmd.range_ is not None:
+        lo, hi, st = cmd.range_
+        times = list(range(lo, hi + 1, st))
+        try:
+            v = _query3(store, cmd.expr, times)
+        except Exception as exc:
+            if cmd.fail:
+                return _error_matches(cmd, exc)
+            return f"error: {type(exc).__name__}: {exc}"
+        if cmd.fail:
+            return "expected an error, got none"
+        return _compare_matrix(cmd, v, times)
+    queries = [(cmd.expr, cmd.at_ms)] + at_modifier_queries(cmd.expr, cmd.at_ms, prometheus3=True)
+    for expr, t in queries:
+        where = "" if (expr, t) == (cmd.expr, cmd.at_ms) else f" [re-run {expr!r} at {t} ms]"
+        try:
+            v = _query3(store, expr, [t])
+        except Exception as exc:
+            if cmd.fail:
+                why = _error_matches(cmd, exc)
+                if why:
+                    return why + where
+                continue
+            return f"error{where}: {type(exc).__name__}: {exc}"
+        if cmd.fail:
+            return f"expected an error{where}, got none"
+        if cmd.string is not None:
+            if not isinstance(v, str) or json_unquote(cmd.string) != v:
+                return f"expected the string {cmd.string}, got {v!r}"
+            continue
+        if isinstance(v, str):
+            return f"got the string {v!r}"
+        res = ("scalar", float(v[0])) if isinstance(v, np.ndarray) else (
+            "vector", [(v.labels[i], float(v.V[i, 0])) for i in np.argsort(v.keys2d()[:, 0], kind="stable")
+                       if v.P[i, 0]])
+        why = _compare(cmd, res, cmd.ordered)
+        if why:
+            return why + where
+        if _CONTEXT_FUNCS.search(expr):
+            continue
+        try:
+            rv = _query3(store, expr, [t - STEP_MS, t, t + STEP_MS])
+        except Exception as exc:
+            return f"error in range mode{where}: {type(exc).__name__}: {exc}"
+        if cmd.ordered:
+            continue
+        rres = ("scalar", float(rv[1])) if isinstance(rv, np.ndarray) else (
+            "vector", [(rv.labels[i], float(rv.V[i, 1])) for i in range(rv.n) if rv.P[i, 1]])
+        why = _compare(cmd, rres, False)
+        if why:
+            return f"range mode: {why}{where}"
+    return None
+
+
+def json_unquote(text: str) -> str:
+    """Go's ``strconv.Unquote`` of a double-quoted or raw string (``expect string``)."""
+    if text.startswith("`") and text.endswith("`"):
+        return text[1:-1]
+    import json
+    return json.loads(text)
+
+
+def run_file3(path: Path) -> List[Outcome]:
+    """Every eval of one Prometheus 3 test file, as ``run_file`` does for 2.42's."""
+    lines = _lines(path.read_text(encoding="utf-8"))
+    store = Store()
+    out: List[Outcome] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not line:
+            i += 1
+            continue
+        word = _SPACE.split(line, maxsplit=1)[0].lower()
+        try:
+            if word == "clear":
+                store = Store()
+            elif word == "load":
+                i = _load(store, lines, i)
+            elif word.startswith("load_"):
+                raise TestFileError(f"line {i + 1}: {word} (native histograms) is not supported")
+            elif word.startswith("eval"):
+                start = i
+                i, cmd = _eval3(lines, i)
+                try:
+                    why = run_eval3(store, cmd)
+                except Exception:
+                    why = traceback.format_exc(limit=3)
+                out.append(Outcome(path.name, start + 1, cmd.expr, why))
+            else:
+                raise TestFileError(f"line {i + 1}: invalid command {line!r}")
+        except (TestFileError, ValueError) as exc:
+            out.append(Outcome(path.name, i + 1, line, f"cannot read: {exc}"))
+            while i + 1 < len(lines) and lines[i + 1]:
                 i += 1
         i += 1
     return out

@@ -13,7 +13,7 @@ from exporter.analysis.promql.labels import make
 from exporter.analysis.promql.lexer import PromQLSyntaxError
 from exporter.analysis.promql.parser import parse
 from exporter.analysis.series import Store
-from promql_testdata import HERE, at_modifier_queries, parse_number, run_file
+from promql_testdata import HERE, at_modifier_queries, parse_number, run_file, run_file3
 
 # evals per file at v2.42.0 (566 in all), counted from the files by hand: a loader that drops a
 # case changes the count
@@ -106,3 +106,58 @@ def test_regexes_go_refuses_are_refused(rx):
     """Python's ``re`` took these; Go's regexp (RE2) does not, so Prometheus refuses the query."""
     with pytest.raises(PromQLSyntaxError, match="error parsing regexp"):
         parse(f'm{{group=~"{rx}"}}'.replace("\\", "\\\\"))
+
+
+# -- Prometheus 3 ------------------------------------------------------------------------------
+# The float-only files of v3.14.0 (``promql/promqltest/testdata``; extended_vectors.test, the
+# only other file without ``{{`` native histograms in its evals, loads some) through the engine
+# in ``--prometheus3-ranges`` mode (left-open windows and lookback) and Prometheus 3's syntax of
+# numbers as durations. What cannot pass is listed here, line by line, with why (the README's
+# backtest section explains each): the test fails when one of them starts passing or any other
+# eval fails.
+
+V3_14 = {"at_modifier.test": 71, "collision.test": 2, "duration_expression.test": 59, "literals.test": 25,
+         "name_label_dropping.test": 30, "selectors.test": 31, "staleness.test": 17, "trig_functions.test": 19,
+         "type_and_unit.test": 58}
+# experimental duration expressions ([5m+1m], offset (2*2), step(), range(), min_of); the
+# 9 evals of the file without one (numbers as durations, offset -4) pass
+_DURATION_EXPR = {17, 23, 35, 41, 47, 53, 59, 65, 71, 77, 83, 89, 100, 104, 108, 112, 116, 132, 135, 141,
+                  147, 155, 158, 161, 164, 167, 170, 173, 176, 179, 182, 185, 188, 191, 194, 197, 200, 203, 206,
+                  209, 212, 215, 218, 221, 224, 227, 232, 235, 238, 241, 250}
+V3_CANNOT_PASS = {
+    "at_modifier.test": {237: "experimental function first_over_time", 255: "experimental function mad_over_time"},
+    "duration_expression.test": {line: "experimental duration expression" for line in _DURATION_EXPR},
+    "name_label_dropping.test": {
+        47: "experimental function first_over_time",
+        **{line: "delayed __name__ removal (feature flag promql-delayed-name-removal)"
+           for line in (59, 64, 69, 74, 89, 115, 119, 123)}},
+    "type_and_unit.test": {line: "__type__/__unit__ labels (feature flag type-and-unit-labels)"
+                           for line in (39, 53, 56, 63, 77, 92, 122, 140, 181, 195, 198, 208, 222, 237, 279)},
+}
+
+
+def test_v3_files_are_all_there():
+    assert sorted(p.name for p in (HERE / "v3.14.0").glob("*.test")) == sorted(V3_14)
+    assert sum(V3_14.values()) == 312
+
+
+@pytest.mark.parametrize("name", sorted(V3_14))
+def test_prometheus_3_14_float_test_file_in_prometheus3_mode(name):
+    outcomes = run_file3(HERE / "v3.14.0" / name)
+    assert len(outcomes) == V3_14[name]
+    failed = {o.line: o for o in outcomes if o.error}
+    known = V3_CANNOT_PASS.get(name, {})
+    unexpected = [str(o) for line, o in failed.items() if line not in known]
+    now_passing = sorted(set(known) - set(failed))
+    assert not unexpected, "\n".join(unexpected)
+    assert not now_passing, f"listed as failing but pass now (update V3_CANNOT_PASS and the README): {now_passing}"
+
+
+def test_prometheus3_syntax_only_when_asked():
+    with pytest.raises(PromQLSyntaxError):
+        parse("rate(x[300])")  # Prometheus 2.42 refuses a number as a duration
+    with pytest.raises(PromQLSyntaxError):
+        parse("x offset 0s")
+    assert parse("rate(x[300])", prometheus3=True) == parse("rate(x[5m])")
+    assert parse("x offset 90 @ 100s", prometheus3=True) == parse("x offset 1m30s @ 100")
+    assert parse("max_over_time(x[5m:1.5])", prometheus3=True) == parse("max_over_time(x[5m:1500ms])")

@@ -105,8 +105,10 @@ def unquote(text: str, pos: int = 0) -> str:
     return "".join(out)
 
 
-def tokenize(src: str) -> List[Token]:
-    """All tokens of ``src``, ending with an ``EOF`` token. Raises ``PromQLSyntaxError``."""
+def tokenize(src: str, prometheus3: bool = False) -> List[Token]:
+    """All tokens of ``src``, ending with an ``EOF`` token. Raises ``PromQLSyntaxError``.
+    ``prometheus3``: a plain number inside brackets is a ``NUMBER`` (Prometheus 3 reads it as
+    seconds), not a syntax error."""
     toks: List[Token] = []
     i, n = 0, len(src)
     brace = bracket = got_colon = False
@@ -216,8 +218,14 @@ def tokenize(src: str) -> List[Token]:
             else:
                 raise err(f"unexpected character inside braces: {c!r}", i)
             continue
-        if bracket and _is_digit(c):
+        if bracket and (_is_digit(c) or (prometheus3 and c == "." and i + 1 < n and _is_digit(src[i + 1]))):
             j = scan_duration(i)
+            if j < 0 and prometheus3:
+                j = scan_number(i)
+                if j >= 0:
+                    toks.append(Token("NUMBER", src[i:j], i))
+                    i = j
+                    continue
             if j < 0:
                 raise err(f"bad duration syntax: {src[i:i + 10]!r}", i)
             toks.append(Token("DURATION", src[i:j], i))

@@ -136,9 +136,10 @@ def compile_regex(pattern: str) -> GoRegex:
 
 
 class _Parser:
-    def __init__(self, src: str) -> None:
+    def __init__(self, src: str, prometheus3: bool = False) -> None:
         self.src = src
-        self.toks: List[Token] = tokenize(src)
+        self.prometheus3 = prometheus3
+        self.toks: List[Token] = tokenize(src, prometheus3)
         self.i = 0
 
     # -- token helpers ---------------------------------------------------------------------
@@ -254,7 +255,7 @@ class _Parser:
                 if self.peek().kind == "OP" and self.peek().text == "-":
                     self.next()
                     sign = -1
-                d = self.duration(self.expect("DURATION", "duration"))
+                d = self.duration(self.duration_token(), allow_zero=self.prometheus3)
                 e = self.with_offset(e, sign * d, t)
             elif t.kind == "@":
                 self.next()
@@ -262,22 +263,34 @@ class _Parser:
             else:
                 return e
 
-    def duration(self, t: Token) -> int:
-        try:
-            ms = parse_duration(t.text)
-        except DurationError as exc:
-            raise self.err(str(exc), t) from None
-        if ms == 0:
+    def duration_token(self) -> Token:
+        """A duration, or with ``prometheus3`` also a number of seconds (``[300]``, ``offset 50``)."""
+        if self.prometheus3 and self.peek().kind == "NUMBER":
+            return self.next()
+        return self.expect("DURATION", "duration")
+
+    def duration(self, t: Token, allow_zero: bool = False) -> int:
+        if t.kind == "NUMBER":  # Prometheus 3: seconds
+            v = parse_number(t.text)
+            if math.isnan(v) or math.isinf(v) or abs(v) > 9.2e12:
+                raise self.err("duration out of range", t)
+            ms = int(round(v * 1000))
+        else:
+            try:
+                ms = parse_duration(t.text)
+            except DurationError as exc:
+                raise self.err(str(exc), t) from None
+        if ms == 0 and not allow_zero:
             raise self.err("duration must be greater than 0", t)
         return ms
 
     def range_or_subquery(self, e: Expr) -> Expr:
         open_tok = self.next()
-        rng = self.duration(self.expect("DURATION", "duration"))
+        rng = self.duration(self.duration_token())
         if self.peek().kind == ":":
             self.next()
             step = 0
-            if self.peek().kind == "DURATION":
+            if self.peek().kind == "DURATION" or (self.prometheus3 and self.peek().kind == "NUMBER"):
                 step = self.duration(self.next())
             self.expect("]", '"]"')
             if e.type != VECTOR:
@@ -320,8 +333,12 @@ class _Parser:
         if t.kind == "OP" and t.text in ("+", "-"):
             self.next()
             sign = -1.0 if t.text == "-" else 1.0
-        num = self.expect("NUMBER", "timestamp")
-        v = sign * parse_number(num.text)
+        if self.prometheus3 and self.peek().kind == "DURATION":  # Prometheus 3: @ 100s
+            num = self.next()
+            v = sign * self.duration(num, allow_zero=True) / 1000
+        else:
+            num = self.expect("NUMBER", "timestamp")
+            v = sign * parse_number(num.text)
         if math.isinf(v) or math.isnan(v) or abs(v) >= 9.2e15:
             raise self.err(f"timestamp out of bounds for @ modifier: {v}", num)
         return At(ms=int(round(v * 1000)))
@@ -526,9 +543,11 @@ def _matches_empty(m: Matcher) -> bool:
     return hit if m.op == "=~" else not hit
 
 
-def parse(src: str) -> Expr:
-    """Parse one PromQL expression. Raises ``PromQLSyntaxError`` (with a character position)."""
-    return _Parser(src).parse()
+def parse(src: str, prometheus3: bool = False) -> Expr:
+    """Parse one PromQL expression. Raises ``PromQLSyntaxError`` (with a character position).
+    ``prometheus3``: also Prometheus 3's numbers as durations (``[300]``, ``offset 50``,
+    ``[5m:30]``) and durations as ``@`` times (``@ 100s``)."""
+    return _Parser(src, prometheus3).parse()
 
 
 def selectors(e: Expr):
