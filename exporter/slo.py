@@ -152,54 +152,72 @@ def _bool(v: Any, where: str) -> bool:
 # are not (templates), so that whatever passes renders a file ``promtool check rules`` accepts.
 
 _MATCHER_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
+_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
+
+
+def unquote_string(text: str) -> str:
+    """The value of a PromQL string literal, quotes included (Prometheus' ``strutil.Unquote``:
+    double, single or back quotes, the last raw): the one implementation, used by the PromQL
+    lexer (``analysis/promql/lexer.py``) and the SLO loader's selector check. ValueError if bad."""
+    q = text[0]
+    body = text[1:-1]
+    if q == "`":
+        return body
+    out: List[str] = []
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c != "\\":
+            out.append(c)
+            i += 1
+            continue
+        i += 1
+        if i >= len(body):
+            raise ValueError("escape sequence not terminated")
+        e = body[i]
+        if e in _ESCAPES:
+            out.append(_ESCAPES[e])
+            i += 1
+        elif e == q:
+            out.append(q)
+            i += 1
+        elif e in "01234567":
+            digits = body[i:i + 3]
+            if len(digits) < 3 or any(d not in "01234567" for d in digits) or int(digits, 8) > 255:
+                raise ValueError(f"bad octal escape in {text}")
+            out.append(chr(int(digits, 8)))
+            i += 3
+        elif e in "xuU":
+            n = {"x": 2, "u": 4, "U": 8}[e]
+            digits = body[i + 1:i + 1 + n]
+            try:
+                if len(digits) < n:
+                    raise ValueError
+                code = int(digits, 16)
+            except ValueError:
+                raise ValueError(f"bad escape \\{e} in {text}") from None
+            if code > 0x10FFFF or 0xD800 <= code < 0xE000:
+                raise ValueError("escape sequence is an invalid Unicode code point")
+            out.append(chr(code))
+            i += 1 + n
+        else:
+            raise ValueError(f"unknown escape sequence \\{e}")
+    return "".join(out)
 
 
 def _promql_string(text: str, i: int) -> Tuple[str, int]:
-    """The PromQL string literal at ``text[i]`` (double, single or back quotes, the last raw), as
-    Prometheus' lexer and ``strconv.Unquote`` read it: its value and the index after it; a
-    ValueError when it is not one."""
+    """The PromQL string literal starting at ``text[i]``: its value and the index after it."""
     q = text[i]
     j = i + 1
-    out: List[str] = []
     while True:
-        if j >= len(text):
+        if j >= len(text) or (q != "`" and text[j] == "\n"):
             raise ValueError("unterminated quoted string")
-        ch = text[j]
-        if ch == q:
-            return "".join(out), j + 1
-        if q == "`":
-            out.append(ch)
-            j += 1
-            continue
-        if ch == "\n":
-            raise ValueError("unterminated quoted string")
-        if ch != "\\":
-            out.append(ch)
-            j += 1
-            continue
-        e = text[j + 1: j + 2]
-        if e in _SIMPLE_ESCAPES:
-            out.append(_SIMPLE_ESCAPES[e])
+        if text[j] == "\\" and q != "`":
             j += 2
-        elif e == q:
-            out.append(q)
-            j += 2
-        elif e in ("x", "u", "U") or e in "01234567" and e:
-            n, base = {"x": (2, 16), "u": (4, 16), "U": (8, 16)}.get(e, (3, 8))
-            digits = text[j + 2: j + 2 + n] if e in "xuU" else text[j + 1: j + 4]
-            ok = "0123456789abcdefABCDEF" if base == 16 else "01234567"
-            if len(digits) != n or any(d not in ok for d in digits):
-                raise ValueError("invalid escape sequence")
-            cp = int(digits, base)
-            if (e in "x01234567" and cp > 255) or cp > 0x10FFFF or 0xD800 <= cp <= 0xDFFF:
-                raise ValueError("invalid escape sequence")
-            if e in "x01234567" and cp > 127:
-                raise ValueError("a byte escape above \\x7f makes the string invalid UTF-8")
-            out.append(chr(cp))
-            j += 2 + n if e in "xuU" else 4
-        else:
-            raise ValueError("unknown escape sequence")
+            continue
+        if text[j] == q:
+            return unquote_string(text[i:j + 1]), j + 1
+        j += 1
 
 
 def _go_regex_error(pattern: str) -> Optional[str]:

@@ -340,8 +340,10 @@ def run_eval(store: Store, cmd: Eval) -> Optional[str]:
     return None
 
 
-def run_file(path: Path) -> List[Outcome]:
-    """Every eval of one test file, in order (a load or clear applies to the evals after it)."""
+def run_file(path: Path, prometheus3: bool = False) -> List[Outcome]:
+    """Every eval of one test file, in order (a load or clear applies to the evals after it);
+    ``prometheus3``: a v3 file (``promql/promqltest``), run as its harness runs it."""
+    read, run = (_eval3, run_eval3) if prometheus3 else (_eval, run_eval)
     lines = _lines(path.read_text(encoding="utf-8"))
     store = Store()
     out: List[Outcome] = []
@@ -359,20 +361,24 @@ def run_file(path: Path) -> List[Outcome]:
                 i = _load(store, lines, i)
             elif word.startswith("eval"):
                 start = i
-                i, cmd = _eval(lines, i)
+                i, cmd = read(lines, i)
                 try:
-                    why = run_eval(store, cmd)
+                    why = run(store, cmd)
                 except Exception:  # a bug in the loader or engine: a failure, with its trace
                     why = traceback.format_exc(limit=3)
                 out.append(Outcome(path.name, start + 1, cmd.expr, why))
-            else:
-                raise TestFileError(f"line {i + 1}: invalid command {line!r}")
+            else:  # load_with_nhcb (native histograms) too
+                raise TestFileError(f"line {i + 1}: invalid or unsupported command {line!r}")
         except (TestFileError, ValueError) as exc:
             out.append(Outcome(path.name, i + 1, line, f"cannot read: {exc}"))
             while i + 1 < len(lines) and lines[i + 1]:  # the rest of the command's block
                 i += 1
         i += 1
     return out
+
+
+def run_file3(path: Path) -> List[Outcome]:
+    return run_file(path, prometheus3=True)
 
 
 # -- Prometheus 3 (``promql/promqltest``) ------------------------------------------------------
@@ -580,40 +586,3 @@ def json_unquote(text: str) -> str:
         return text[1:-1]
     import json
     return json.loads(text)
-
-
-def run_file3(path: Path) -> List[Outcome]:
-    """Every eval of one Prometheus 3 test file, as ``run_file`` does for 2.42's."""
-    lines = _lines(path.read_text(encoding="utf-8"))
-    store = Store()
-    out: List[Outcome] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if not line:
-            i += 1
-            continue
-        word = _SPACE.split(line, maxsplit=1)[0].lower()
-        try:
-            if word == "clear":
-                store = Store()
-            elif word == "load":
-                i = _load(store, lines, i)
-            elif word.startswith("load_"):
-                raise TestFileError(f"line {i + 1}: {word} (native histograms) is not supported")
-            elif word.startswith("eval"):
-                start = i
-                i, cmd = _eval3(lines, i)
-                try:
-                    why = run_eval3(store, cmd)
-                except Exception:
-                    why = traceback.format_exc(limit=3)
-                out.append(Outcome(path.name, start + 1, cmd.expr, why))
-            else:
-                raise TestFileError(f"line {i + 1}: invalid command {line!r}")
-        except (TestFileError, ValueError) as exc:
-            out.append(Outcome(path.name, i + 1, line, f"cannot read: {exc}"))
-            while i + 1 < len(lines) and lines[i + 1]:
-                i += 1
-        i += 1
-    return out

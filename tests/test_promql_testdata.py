@@ -41,7 +41,7 @@ def test_a_line_the_loader_cannot_read_is_a_failure(tmp_path):
                  "eval instant at 5m m\n  m 3\n\neval instant at 5m m{\n  m 2\n")
     out = run_file(f)
     assert [o.error is None for o in out] == [False, True, False, False]
-    assert "invalid command" in out[0].error and "expected 3" in out[2].error and "cannot parse" in out[3].error
+    assert "invalid or unsupported command" in out[0].error and "expected 3" in out[2].error and "cannot parse" in out[3].error
 
 
 def test_at_modifier_re_runs_follow_the_harness():
