@@ -125,12 +125,9 @@ _DURATION_EXPR = {17, 23, 35, 41, 47, 53, 59, 65, 71, 77, 83, 89, 100, 104, 108,
                   147, 155, 158, 161, 164, 167, 170, 173, 176, 179, 182, 185, 188, 191, 194, 197, 200, 203, 206,
                   209, 212, 215, 218, 221, 224, 227, 232, 235, 238, 241, 250}
 V3_CANNOT_PASS = {
-    "at_modifier.test": {237: "experimental function first_over_time", 255: "experimental function mad_over_time"},
     "duration_expression.test": {line: "experimental duration expression" for line in _DURATION_EXPR},
-    "name_label_dropping.test": {
-        47: "experimental function first_over_time",
-        **{line: "delayed __name__ removal (feature flag promql-delayed-name-removal)"
-           for line in (59, 64, 69, 74, 89, 115, 119, 123)}},
+    "name_label_dropping.test": {line: "delayed __name__ removal (feature flag promql-delayed-name-removal)"
+                                 for line in (59, 64, 69, 74, 89, 115, 119, 123)},
     "type_and_unit.test": {line: "__type__/__unit__ labels (feature flag type-and-unit-labels)"
                            for line in (39, 53, 56, 63, 77, 92, 122, 140, 181, 195, 198, 208, 222, 237, 279)},
 }
@@ -161,3 +158,16 @@ def test_prometheus3_syntax_only_when_asked():
     assert parse("rate(x[300])", prometheus3=True) == parse("rate(x[5m])")
     assert parse("x offset 90 @ 100s", prometheus3=True) == parse("x offset 1m30s @ 100")
     assert parse("max_over_time(x[5m:1.5])", prometheus3=True) == parse("max_over_time(x[5m:1500ms])")
+    with pytest.raises(PromQLSyntaxError, match="unknown function"):
+        parse("mad_over_time(x[5m])")  # experimental in Prometheus 3, unknown to 2.42
+    parse("mad_over_time(x[5m])", prometheus3=True)
+
+
+def test_prometheus3_experimental_functions():
+    s = Store()
+    s.add(make({"__name__": "x", "a": "1"}), [0, 10_000, 20_000, 30_000, 40_000], [1.0, 2.0, 3.0, 4.0, 100.0])
+    ev = Evaluator(s, np.array([40_000]), 60_000, left_open=True)
+    mad = ev.eval(parse("mad_over_time(x[1m])", prometheus3=True))
+    assert mad.labels == [make({"a": "1"})] and mad.V[0, 0] == 1.0  # |1 2 3 4 100 - 3| -> 2 1 0 1 97
+    first = ev.eval(parse("first_over_time(x[25s])", prometheus3=True))
+    assert first.labels == [make({"__name__": "x", "a": "1"})] and first.V[0, 0] == 3.0  # (15 s, 40 s]

@@ -382,7 +382,7 @@ class Evaluator:
                                 int(self.times[bad[0]]))
         labels: List[Labels] = []
         Vs, Ps, Ks = [], [], []
-        keep_name = name == "last_over_time"
+        keep_name = name in ("last_over_time", "first_over_time")
         for w in windows:
             if name == "quantile_over_time":
                 V, P = quantile_over_time(w, others[0])

@@ -75,6 +75,13 @@ FUNCTIONS: Dict[str, Tuple[Tuple[str, ...], int, str]] = {
     "vector": ((_S,), 0, _V),
 }
 
+# Prometheus 3's experimental functions (--enable-feature=promql-experimental-functions) the
+# engine runs; parsed only with ``prometheus3``
+EXPERIMENTAL_FUNCTIONS: Dict[str, Tuple[Tuple[str, ...], int, str]] = {
+    "first_over_time": ((_M,), 0, _V),
+    "mad_over_time": ((_M,), 0, _V),
+}
+
 _PREC = {"or": 1, "and": 2, "unless": 2, "==": 3, "!=": 3, "<=": 3, "<": 3, ">=": 3, ">": 3,
          "+": 4, "-": 4, "*": 5, "/": 5, "%": 5, "atan2": 5, "^": 6}
 _LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
@@ -448,9 +455,10 @@ class _Parser:
 
     def call(self, name_tok: Token) -> Call:
         name = name_tok.text
-        if name not in FUNCTIONS:
+        known = {**FUNCTIONS, **EXPERIMENTAL_FUNCTIONS} if self.prometheus3 else FUNCTIONS
+        if name not in known:
             raise self.err(f"unknown function with name {name!r}", name_tok)
-        types, variadic, ret = FUNCTIONS[name]
+        types, variadic, ret = known[name]
         args = self.call_args()
         n = len(types)
         if variadic == 0:
