@@ -12,6 +12,7 @@ Prometheus duration into seconds for the sidecar.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 from functools import lru_cache
@@ -25,17 +26,54 @@ from .errors import ConfigError
 DEFAULTS_FILE = "slo.yaml"
 SEVERITIES = ("critical", "warning", "info")
 
-_DURATION_RE = re.compile(r"(\d+(?:ms|s|m|h|d|w|y))+")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 _LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+# -- durations -------------------------------------------------------------------------------
+# The one parser of Prometheus durations in the project (the SLO file, the PromQL engine, the
+# backtest's sources and rule files all call it; the web config's Go durations are another
+# syntax). It is ``model.ParseDuration`` of prometheus/common 0.39 (Prometheus 2.42): ``0``, or
+# ASCII digits with the units y (365 days) w d h m s ms, each at most once, in that order, not
+# empty, at most 2^63-1 nanoseconds in all.
+
+_DURATION_RE = re.compile(r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?"
+                          r"(?:([0-9]+)m)?(?:([0-9]+)s)?(?:([0-9]+)ms)?")
+_UNIT_MS = (365 * 86_400_000, 7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1000, 1)
+_MAX_NS = 2 ** 63 - 1
+
+
+class DurationError(ValueError):
+    """Text that is not a Prometheus duration."""
+
+
+def parse_duration(text: str) -> int:
+    """Milliseconds of a Prometheus duration (``"0"`` is 0), exactly as Prometheus reads it;
+    anything else raises ``DurationError`` with Prometheus' own message."""
+    if not isinstance(text, str):
+        raise DurationError(f"not a valid duration string: {text!r}")
+    if text == "0":
+        return 0
+    if text == "":
+        raise DurationError("empty duration string")
+    m = _DURATION_RE.fullmatch(text)
+    if m is None:
+        raise DurationError(f"not a valid duration string: {text!r}")
+    total_ns = 0
+    for part, ms in zip(m.groups(), _UNIT_MS):
+        if part is None:
+            continue
+        n = int(part)
+        if n > _MAX_NS // ms // 1_000_000:
+            raise DurationError("duration out of range")
+        total_ns += n * ms * 1_000_000
+        if total_ns > _MAX_NS:
+            raise DurationError("duration out of range")
+    return total_ns // 1_000_000
 
 
 def seconds(duration: str) -> float:
-    """A Prometheus duration (``1h30m``, ``90s``) in seconds."""
-    s = str(duration).strip()
-    if not _DURATION_RE.fullmatch(s):
-        raise ValueError(f"{duration!r} is not a Prometheus duration like 5m")
-    return sum(int(n) * _UNIT_SECONDS[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", s))
+    """A Prometheus duration (``1h30m``, ``90s``) in seconds; ``DurationError`` (a ValueError)
+    when it is not one."""
+    return parse_duration(duration) / 1000
 
 
 @lru_cache(maxsize=1)
@@ -63,11 +101,27 @@ def _number(lo: float = -math.inf, hi: float = math.inf, open_lo: bool = False, 
     return check
 
 
+def _quoted(v: Any) -> str:
+    return json.dumps(v) if isinstance(v, str) else repr(v)
+
+
+def _duration_or_zero(v: Any, where: str) -> str:
+    """A Prometheus duration, ``0`` included (``for``, ``keep_firing_for``), kept as written."""
+    if not isinstance(v, str):
+        raise ConfigError(f"{where}: {_quoted(v)} is not a Prometheus duration (write it as text, like \"5m\")")
+    try:
+        parse_duration(v)
+    except DurationError:
+        raise ConfigError(f"{where}: {_quoted(v)} is not a Prometheus duration "
+                          "(like 90s or 1h30m: units y w d h m s ms, each once, in that order)") from None
+    return v
+
+
 def _duration(v: Any, where: str) -> str:
-    s = str(v).strip()
-    if isinstance(v, bool) or not _DURATION_RE.fullmatch(s):
-        raise ConfigError(f"{where}: {v!r} is not a Prometheus duration like 5m")
-    return s
+    """A window: a Prometheus duration longer than 0 (PromQL refuses ``[0s]``)."""
+    if parse_duration(_duration_or_zero(v, where)) == 0:
+        raise ConfigError(f"{where}: {_quoted(v)} must be longer than 0")
+    return v
 
 
 def _text(v: Any, where: str) -> str:
@@ -90,10 +144,210 @@ def _bool(v: Any, where: str) -> bool:
     return v
 
 
+# -- PromQL and template text the pack writes into rules -----------------------------------
+# What the pack writes verbatim into a rule file must be what Prometheus accepts: label matchers
+# (``selector``), a regular expression inside a double-quoted PromQL string (``http_handlers``),
+# Go templates in alert labels and annotations. The checks below are Prometheus' own rules where
+# they are small (the lexer's strings and escapes, label names) and a strict subset where they
+# are not (templates), so that whatever passes renders a file ``promtool check rules`` accepts.
+
+_MATCHER_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
+
+
+def unquote_string(text: str) -> str:
+    """The value of a PromQL string literal, quotes included (Prometheus' ``strutil.Unquote``:
+    double, single or back quotes, the last raw): the one implementation, used by the PromQL
+    lexer (``analysis/promql/lexer.py``) and the SLO loader's selector check. ValueError if bad."""
+    q = text[0]
+    body = text[1:-1]
+    if q == "`":
+        return body
+    out: List[str] = []
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c != "\\":
+            out.append(c)
+            i += 1
+            continue
+        i += 1
+        if i >= len(body):
+            raise ValueError("escape sequence not terminated")
+        e = body[i]
+        if e in _ESCAPES:
+            out.append(_ESCAPES[e])
+            i += 1
+        elif e == q:
+            out.append(q)
+            i += 1
+        elif e in "01234567":
+            digits = body[i:i + 3]
+            if len(digits) < 3 or any(d not in "01234567" for d in digits) or int(digits, 8) > 255:
+                raise ValueError(f"bad octal escape in {text}")
+            out.append(chr(int(digits, 8)))
+            i += 3
+        elif e in "xuU":
+            n = {"x": 2, "u": 4, "U": 8}[e]
+            digits = body[i + 1:i + 1 + n]
+            try:
+                if len(digits) < n:
+                    raise ValueError
+                code = int(digits, 16)
+            except ValueError:
+                raise ValueError(f"bad escape \\{e} in {text}") from None
+            if code > 0x10FFFF or 0xD800 <= code < 0xE000:
+                raise ValueError("escape sequence is an invalid Unicode code point")
+            out.append(chr(code))
+            i += 1 + n
+        else:
+            raise ValueError(f"unknown escape sequence \\{e}")
+    return "".join(out)
+
+
+def _promql_string(text: str, i: int) -> Tuple[str, int]:
+    """The PromQL string literal starting at ``text[i]``: its value and the index after it."""
+    q = text[i]
+    j = i + 1
+    while True:
+        if j >= len(text) or (q != "`" and text[j] == "\n"):
+            raise ValueError("unterminated quoted string")
+        if text[j] == "\\" and q != "`":
+            j += 2
+            continue
+        if text[j] == q:
+            return unquote_string(text[i:j + 1]), j + 1
+        j += 1
+
+
+def _go_regex_error(pattern: str) -> Optional[str]:
+    """Why Go's ``regexp`` (RE2) refuses ``pattern``, or None. Uses RE2 itself when installed
+    (the analysis and test extras bring google-re2); else Python's ``re``, which is close."""
+    try:
+        import re2  # type: ignore[import-not-found]
+    except ImportError:  # pragma: no cover - the sidecar's image without the analysis extra
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            return str(exc)
+        return None
+    opts = re2.Options()
+    opts.log_errors = False
+    try:
+        re2.compile(pattern, opts)
+    except re2.error as exc:
+        why = exc.args[0] if exc.args else exc
+        return why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
+    return None
+
+
 def _selector(v: Any, where: str) -> str:
-    if not isinstance(v, str) or "{" in v or "}" in v:
-        raise ConfigError(f"{where}: expected label matchers without braces, like namespace=\"llm\"")
+    """Label matchers without braces (``namespace="llm", pod=~"vllm-.*"``), as Prometheus' parser
+    reads the inside of ``{…}``; no ``__name__`` (every rule names its metric)."""
+    hint = 'expected label matchers without braces, like namespace="llm"'
+    if not isinstance(v, str):
+        raise ConfigError(f"{where}: {hint}")
+    text, i, n = v, 0, len(v)
+
+    def skip(i: int) -> int:
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        return i
+
+    i = skip(i)
+    while i < n:
+        m = _MATCHER_NAME.match(text, i)
+        if not m:
+            raise ConfigError(f"{where}: {_quoted(v)}: a label name expected at character {i + 1}; {hint}")
+        name = m.group(0)
+        if name == "__name__":
+            raise ConfigError(f"{where}: __name__ cannot be matched here (each rule names its own metric)")
+        i = skip(m.end())
+        op = next((o for o in ("=~", "!~", "!=", "=") if text.startswith(o, i)), None)
+        if op is None:
+            raise ConfigError(f"{where}: {_quoted(v)}: =, !=, =~ or !~ expected at character {i + 1}")
+        i = skip(i + len(op))
+        if i >= n or text[i] not in "\"'`":
+            raise ConfigError(f"{where}: {_quoted(v)}: a quoted value expected at character {i + 1}")
+        try:
+            value, i = _promql_string(text, i)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {_quoted(v)}: {exc} at character {i + 1}") from None
+        if op in ("=~", "!~"):
+            why = _go_regex_error("^(?:" + value + ")$")
+            if why:
+                raise ConfigError(f"{where}: {_quoted(value)} is not a regular expression Prometheus takes ({why})")
+        i = skip(i)
+        if i < n:
+            if text[i] != ",":
+                raise ConfigError(f"{where}: {_quoted(v)}: \",\" expected at character {i + 1}")
+            i = skip(i + 1)
     return v
+
+
+def _regex_in_string(v: Any, where: str) -> str:
+    """A regular expression the pack writes between double quotes (``handler=~"…"``): RE2 syntax,
+    and nothing the PromQL string would read differently (no backslash, quote or line break)."""
+    if not isinstance(v, str):
+        raise ConfigError(f"{where}: expected a regular expression as text, got {_quoted(v)}")
+    bad = next((c for c in v if c in '\\"\n\r'), None)
+    if bad is not None:
+        raise ConfigError(f"{where}: {_quoted(v)}: {_quoted(bad)} cannot be written inside the rules' "
+                          "PromQL string (use a character class like [.] instead of a backslash)")
+    why = _go_regex_error("^(?:" + v + ")$")
+    if why:
+        raise ConfigError(f"{where}: {_quoted(v)} is not a regular expression Prometheus takes ({why})")
+    return v
+
+
+# Go templates in alert labels and annotations: Prometheus parses each (promtool check rules
+# does). Accepted here: text with actions that print a variable or one of its fields, optionally
+# piped through functions of Prometheus' template library that take no argument. That is what
+# alert texts use; anything richer is refused rather than guessed at.
+_TEMPLATE_VALUE = r"(?:\$labels\.[a-zA-Z_][a-zA-Z0-9_]*|\$externalLabels\.[a-zA-Z_][a-zA-Z0-9_]*|\$value|\$externalURL" \
+                  r"|\.Labels\.[a-zA-Z_][a-zA-Z0-9_]*|\.Value|\.ExternalURL)"
+_TEMPLATE_FUNCS = r"(?:humanize|humanize1024|humanizeDuration|humanizePercentage|humanizeTimestamp|toUpper|toLower|title)"
+_TEMPLATE_ACTION = re.compile(rf"\{{\{{-?[ \t]*(?:{_TEMPLATE_FUNCS}[ \t]+)?{_TEMPLATE_VALUE}"
+                              rf"(?:[ \t]*\|[ \t]*{_TEMPLATE_FUNCS})*[ \t]*-?\}}\}}")
+
+
+def _template_error(text: str) -> Optional[str]:
+    rest = _TEMPLATE_ACTION.sub("", text)
+    if "{{" in rest:
+        return ("a template action other than {{ $labels.NAME }}, {{ $value }} or {{ $value | humanize }} "
+                "(the forms this file accepts)")
+    return None
+
+
+def _label_value(x: Any, where: str, template: bool) -> str:
+    if not isinstance(x, (str, int, float)) or isinstance(x, bool):
+        raise ConfigError(f"{where}: expected a text value, got {_quoted(x)}")
+    x = str(x)
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in x):
+        raise ConfigError(f"{where}: not valid UTF-8")
+    if template:
+        why = _template_error(x)
+        if why:
+            raise ConfigError(f"{where}: {_quoted(x)}: {why}")
+    return x
+
+
+def _labels(template: bool, what: str = "label") -> Check:
+    def check(v: Any, where: str) -> Dict[str, str]:
+        if not isinstance(v, dict):
+            raise ConfigError(f"{where}: expected a mapping of {what} names to values")
+        out = {}
+        for k, x in v.items():
+            if not isinstance(k, str) or not _LABEL_RE.fullmatch(k):
+                raise ConfigError(f"{where}.{k}: not a valid {what} name")
+            if k == "__name__" and what == "label":
+                raise ConfigError(f"{where}.{k}: a rule cannot set __name__")
+            out[k] = _label_value(x, f"{where}.{k}", template)
+        return out
+    return check
+
+
+_label_map = _labels(template=True)  # the SLO's labels go on alerting rules too (templated there)
 
 
 def _label_names(v: Any, where: str) -> List[str]:
@@ -101,18 +355,22 @@ def _label_names(v: Any, where: str) -> List[str]:
         raise ConfigError(f"{where}: expected a list of label names")
     if "model_name" in v:
         raise ConfigError(f"{where}: model_name is added by the pack itself")
+    reserved = [x for x in v if x in ("le", "__name__") or x.startswith("__")]
+    if reserved:
+        raise ConfigError(f"{where}: {reserved[0]} cannot identify a replica")
+    if len(set(v)) != len(v):
+        raise ConfigError(f"{where}: a label is listed twice")
     return v
 
 
-def _label_map(v: Any, where: str) -> Dict[str, str]:
-    if not isinstance(v, dict):
-        raise ConfigError(f"{where}: expected a mapping of label names to values")
-    for k, x in v.items():
-        if not isinstance(k, str) or not _LABEL_RE.fullmatch(k):
-            raise ConfigError(f"{where}.{k}: not a valid label name")
-        if not isinstance(x, (str, int, float)) or isinstance(x, bool):
-            raise ConfigError(f"{where}.{k}: expected a text value, got {x!r}")
-    return {k: str(x) for k, x in v.items()}
+def _url(v: Any, where: str) -> str:
+    """Text written into each alert's ``runbook_url`` annotation (a Go template there)."""
+    if not isinstance(v, str):
+        raise ConfigError(f"{where}: expected text, got {_quoted(v)}")
+    why = _template_error(v)
+    if why:
+        raise ConfigError(f"{where}: {_quoted(v)}: {why}")
+    return _label_value(v, where, template=True)
 
 
 def _label_or_empty(v: Any, where: str) -> str:
@@ -143,12 +401,12 @@ def _burn_pairs(v: Any, where: str) -> List[Dict[str, Any]]:
 
 
 ALERT_KEYS: Dict[str, Check] = {
-    "for": _duration,
-    "keep_firing_for": _duration,
+    "for": _duration_or_zero,
+    "keep_firing_for": _duration_or_zero,
     "enabled": _bool,
     "severity": _choice(*SEVERITIES),
-    "labels": _label_map,
-    "annotations": _label_map,
+    "labels": _labels(template=True),
+    "annotations": _labels(template=True, what="annotation"),
 }
 
 # Every leaf of the SLO file and its check. A mapping not listed here is a section whose keys
@@ -156,7 +414,7 @@ ALERT_KEYS: Dict[str, Check] = {
 SCHEMA: Dict[str, Check] = {
     "selector": _selector,
     "replica_labels": _label_names,
-    "runbook_base_url": _text,
+    "runbook_base_url": _url,
     "labels": _label_map,
     "windows.rate": _duration,
     "windows.sustain": _duration,
@@ -175,7 +433,7 @@ SCHEMA: Dict[str, Check] = {
     "objectives.output_tokens_per_second": _number(0, open_lo=True),
     "objectives.availability": _number(0, 1, open_lo=True, below=1),
     "availability_sli": _choice("combined", "http", "engine"),
-    "http_handlers": _text,
+    "http_handlers": _regex_in_string,
     "burn_rates.page": _burn_pairs,
     "burn_rates.ticket": _burn_pairs,
     "kv_cache.warn": _number(0, 1, open_lo=True),
@@ -326,7 +584,7 @@ def load_slo(path: Optional[str]) -> Dict[str, Any]:
 
 def is_duration(path: str) -> bool:
     """Whether the SLO key at ``path`` holds a duration."""
-    return SCHEMA.get(path) is _duration
+    return SCHEMA.get(path) in (_duration, _duration_or_zero)
 
 
 def alert_settings(slo: Mapping[str, Any], rule_id: str) -> Dict[str, Any]:

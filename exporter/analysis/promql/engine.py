@@ -16,7 +16,9 @@ Semantics of Prometheus 2.42 that matter here:
 - a subquery ``expr[r:s]`` evaluates ``expr`` at the multiples of ``s`` (default: the grid's
   interval, as promtool and the rule manager use) inside each window;
 - ``@`` pins a selector or subquery to a time; ``start()``/``end()`` are ``t`` itself (each rule
-  evaluation is its own instant query).
+  evaluation is its own instant query), or the start and end of a range query (``start_end``);
+- inside a subquery, what an inner step may see is what the outer evaluation that reads it may
+  see (its horizon), so an ``@`` or a negative offset inside reaches past the inner step.
 
 Results of sub-expressions listed in ``shared`` are cached for the evaluator's lifetime (one
 block of steps), so rules that repeat ``rate(x[5m])`` compute it once.
@@ -32,7 +34,7 @@ from exact ones.
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, List, Optional, Union
+from typing import Dict, FrozenSet, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -74,7 +76,8 @@ class _Source:
 class Evaluator:
     def __init__(self, store, times: np.ndarray, interval_ms: int, lookback_ms: int = DEFAULT_LOOKBACK_MS,
                  left_open: bool = False, shared: FrozenSet[str] = frozenset(),
-                 horizon: Optional[np.ndarray] = None, order: Union[None, str, int] = None) -> None:
+                 horizon: Optional[np.ndarray] = None, order: Union[None, str, int] = None,
+                 start_end: Optional[Tuple[int, int]] = None) -> None:
         self.store = store
         self.times = np.asarray(times, dtype=np.int64)
         self.S = len(self.times)
@@ -84,6 +87,7 @@ class Evaluator:
         self.shared = shared
         self.horizon = self.times if horizon is None else horizon
         self.order = order
+        self.start_end = start_end
         self._cache: Dict[str, Value] = {}
         self._reads: Dict[str, List[MatcherSet]] = {}
         self._matchers: Dict[str, MatcherSet] = {}
@@ -151,11 +155,21 @@ class Evaluator:
             ms = self._matchers[text] = MatcherSet(vs.matchers)
         return self.store.select(ms)
 
+    def _pinned(self, at) -> Optional[int]:
+        """The time an ``@`` pins to: its own, or the range query's start or end (``start_end``);
+        None when it pins nothing (no ``@``, or ``start()``/``end()`` of a rule's instant query,
+        which are the evaluation time itself)."""
+        if at is None:
+            return None
+        if at.preprocessor:
+            if self.start_end is None:
+                return None
+            return self.start_end[0] if at.preprocessor == "start" else self.start_end[1]
+        return at.ms
+
     def _ref_times(self, vs_offset: int, at) -> np.ndarray:
-        if at is None or at.preprocessor:
-            base = self.times
-        else:
-            base = np.full(self.S, at.ms, np.int64)
+        pin = self._pinned(at)
+        base = self.times if pin is None else np.full(self.S, pin, np.int64)
         return base - vs_offset
 
     def select(self, vs: VectorSelector) -> Vec:
@@ -216,7 +230,9 @@ class Evaluator:
         else:  # pragma: no cover - the parser guarantees a range argument
             raise EvalError(f"expected a range vector, got {arg}")
         mint = maxt - rng
-        visible = np.minimum(maxt, self.horizon)
+        # stored samples later than the horizon do not exist yet; a subquery's points are
+        # computed, each from what its own evaluation may see (``_subquery``)
+        visible = maxt if isinstance(arg, SubqueryExpr) else np.minimum(maxt, self.horizon)
         groups: Dict[object, List[_Source]] = {}
         for src in sources:
             groups.setdefault(src.tkey, []).append(src)
@@ -231,7 +247,7 @@ class Evaluator:
 
     def _subquery(self, sq: SubqueryExpr, maxt: np.ndarray) -> List[_Source]:
         step = sq.step_ms or self.interval_ms
-        if sq.at is not None and sq.at.ms is not None:
+        if self._pinned(sq.at) is not None:
             lo_t, hi_t = int(maxt[0]) - sq.range_ms, int(maxt[0])
         else:
             lo_t, hi_t = int(maxt.min()) - sq.range_ms, int(maxt.max())
@@ -239,8 +255,13 @@ class Evaluator:
         inner_times = np.arange(first, hi_t + 1, step, dtype=np.int64)
         if not len(inner_times):
             return []
+        # What the inner steps may see is what the outer evaluation that reads them may see: the
+        # horizon of the earliest outer step whose window holds the inner step (not the inner
+        # step itself: an ``@`` or a negative offset inside the subquery reaches past it).
+        reader = np.searchsorted(maxt, inner_times, side="left")  # maxt never decreases
+        horizon = self.horizon[np.clip(reader, 0, self.S - 1)]
         inner = Evaluator(self.store, inner_times, step, self.lookback_ms, self.left_open,
-                          horizon=np.minimum(inner_times, int(self.horizon.max())), order=self.order)
+                          horizon=horizon, order=self.order, start_end=self.start_end)
         res = inner.eval(sq.expr)
         if not isinstance(res, Vec):  # pragma: no cover - the parser checks the type
             raise EvalError("subquery is only allowed on instant vector")
@@ -361,7 +382,7 @@ class Evaluator:
                                 int(self.times[bad[0]]))
         labels: List[Labels] = []
         Vs, Ps, Ks = [], [], []
-        keep_name = name == "last_over_time"
+        keep_name = name in ("last_over_time", "first_over_time")
         for w in windows:
             if name == "quantile_over_time":
                 V, P = quantile_over_time(w, others[0])

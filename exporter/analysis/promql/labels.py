@@ -12,7 +12,7 @@ import re
 from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from .ast import Matcher
-from .parser import compile_regex
+from .parser import GoRegex, compile_regex
 
 Labels = Tuple[Tuple[str, str], ...]
 NAME = "__name__"
@@ -70,7 +70,7 @@ class MatcherSet:
 
     def __init__(self, matchers: Sequence[Matcher]) -> None:
         self.matchers = tuple(matchers)
-        self._rx: Dict[int, "re.Pattern[str]"] = {
+        self._rx: Dict[int, GoRegex] = {
             i: compile_regex(m.value) for i, m in enumerate(self.matchers) if m.op in ("=~", "!~")}
 
     def name_equal(self) -> Optional[str]:

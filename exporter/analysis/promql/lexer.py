@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List
 
+from ...slo import unquote_string
+
 
 class PromQLSyntaxError(ValueError):
     """Text that is not PromQL. ``pos`` is the character offset of the problem."""
@@ -54,59 +56,19 @@ def _is_alnum(c: str) -> bool:
     return _is_alpha(c) or _is_digit(c)
 
 
-_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
-
-
 def unquote(text: str, pos: int = 0) -> str:
-    """A lexed string token's value (Prometheus' ``strutil.Unquote``)."""
-    q = text[0]
-    body = text[1:-1]
-    if q == "`":
-        return body
-    out: List[str] = []
-    i = 0
-    while i < len(body):
-        c = body[i]
-        if c != "\\":
-            out.append(c)
-            i += 1
-            continue
-        i += 1
-        if i >= len(body):
-            raise PromQLSyntaxError("escape sequence not terminated", pos)
-        e = body[i]
-        if e in _ESCAPES:
-            out.append(_ESCAPES[e])
-            i += 1
-        elif e == q:
-            out.append(q)
-            i += 1
-        elif e in "01234567":
-            digits = body[i:i + 3]
-            if len(digits) < 3 or any(d not in "01234567" for d in digits) or int(digits, 8) > 255:
-                raise PromQLSyntaxError(f"bad octal escape in {text}", pos)
-            out.append(chr(int(digits, 8)))
-            i += 3
-        elif e in "xuU":
-            n = {"x": 2, "u": 4, "U": 8}[e]
-            digits = body[i + 1:i + 1 + n]
-            try:
-                if len(digits) < n:
-                    raise ValueError
-                code = int(digits, 16)
-            except ValueError:
-                raise PromQLSyntaxError(f"bad escape \\{e} in {text}", pos) from None
-            if code > 0x10FFFF or 0xD800 <= code < 0xE000:
-                raise PromQLSyntaxError("escape sequence is an invalid Unicode code point", pos)
-            out.append(chr(code))
-            i += 1 + n
-        else:
-            raise PromQLSyntaxError(f"unknown escape sequence \\{e}", pos)
-    return "".join(out)
+    """A lexed string token's value (Prometheus' ``strutil.Unquote``): the project's one
+    ``exporter.slo.unquote_string`` (the SLO loader checks its selector with it too)."""
+    try:
+        return unquote_string(text)
+    except ValueError as exc:
+        raise PromQLSyntaxError(str(exc), pos) from None
 
 
-def tokenize(src: str) -> List[Token]:
-    """All tokens of ``src``, ending with an ``EOF`` token. Raises ``PromQLSyntaxError``."""
+def tokenize(src: str, prometheus3: bool = False) -> List[Token]:
+    """All tokens of ``src``, ending with an ``EOF`` token. Raises ``PromQLSyntaxError``.
+    ``prometheus3``: a plain number inside brackets is a ``NUMBER`` (Prometheus 3 reads it as
+    seconds), not a syntax error."""
     toks: List[Token] = []
     i, n = 0, len(src)
     brace = bracket = got_colon = False
@@ -216,8 +178,14 @@ def tokenize(src: str) -> List[Token]:
             else:
                 raise err(f"unexpected character inside braces: {c!r}", i)
             continue
-        if bracket and _is_digit(c):
+        if bracket and (_is_digit(c) or (prometheus3 and c == "." and i + 1 < n and _is_digit(src[i + 1]))):
             j = scan_duration(i)
+            if j < 0 and prometheus3:
+                j = scan_number(i)
+                if j >= 0:
+                    toks.append(Token("NUMBER", src[i:j], i))
+                    i = j
+                    continue
             if j < 0:
                 raise err(f"bad duration syntax: {src[i:i + 10]!r}", i)
             toks.append(Token("DURATION", src[i:j], i))

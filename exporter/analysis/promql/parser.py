@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from typing import Dict, List, Optional, Tuple
+
+import re2
 
 from .ast import (
     ARITHMETIC,
@@ -72,6 +75,13 @@ FUNCTIONS: Dict[str, Tuple[Tuple[str, ...], int, str]] = {
     "vector": ((_S,), 0, _V),
 }
 
+# Prometheus 3's experimental functions (--enable-feature=promql-experimental-functions) the
+# engine runs; parsed only with ``prometheus3``
+EXPERIMENTAL_FUNCTIONS: Dict[str, Tuple[Tuple[str, ...], int, str]] = {
+    "first_over_time": ((_M,), 0, _V),
+    "mad_over_time": ((_M,), 0, _V),
+}
+
 _PREC = {"or": 1, "and": 2, "unless": 2, "==": 3, "!=": 3, "<=": 3, "<": 3, ">=": 3, ">": 3,
          "+": 4, "-": 4, "*": 5, "/": 5, "%": 5, "atan2": 5, "^": 6}
 _LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
@@ -99,28 +109,44 @@ def parse_number(text: str) -> float:
         raise ValueError(f"error parsing number: {text!r}") from None
 
 
-_FLAGS = re.compile(r"\(\?([imsU]+)\)")
+class RegexError(re.error):
+    """A regular expression Go's ``regexp`` (RE2 syntax) refuses."""
 
 
-def compile_regex(pattern: str) -> "re.Pattern[str]":
-    """A Prometheus (RE2) regular expression as Python's ``re``; callers match it with
-    ``fullmatch`` (Prometheus anchors it as ``^(?:re)$``). Leading flags such as ``(?i)`` are
-    hoisted (Python wants them first); RE2's ``\\z`` is Python's ``\\Z``."""
-    flags = 0
-    m = _FLAGS.match(pattern)
-    if m:
-        for f in m.group(1):
-            if f == "U":
-                raise re.error("the ungreedy flag (?U) is not supported here")
-            flags |= {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL}[f]
-        pattern = pattern[m.end():]
-    return re.compile("(?:" + pattern.replace(r"\z", r"\Z") + ")", flags)
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+class GoRegex:
+    """A Prometheus regular expression: RE2 (Go's ``regexp`` syntax and semantics, flags inside
+    groups, ``\\z``, no backreferences or lookaround) anchored as Prometheus anchors it,
+    ``^(?:re)$``. ``fullmatch(text)`` gives a match (``group(i)``, ``group(name)``) or None."""
+
+    __slots__ = ("pattern", "_rx")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        try:
+            self._rx = re2.compile("^(?:" + pattern + ")$", _RE2_OPTIONS)
+        except re2.error as exc:
+            why = exc.args[0] if exc.args else exc
+            raise RegexError(why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)) from None
+
+    def fullmatch(self, text: str):
+        return self._rx.search(text)
+
+
+@lru_cache(maxsize=4096)
+def compile_regex(pattern: str) -> GoRegex:
+    """A Prometheus regular expression (``GoRegex``); ``RegexError`` when Go would refuse it."""
+    return GoRegex(pattern)
 
 
 class _Parser:
-    def __init__(self, src: str) -> None:
+    def __init__(self, src: str, prometheus3: bool = False) -> None:
         self.src = src
-        self.toks: List[Token] = tokenize(src)
+        self.prometheus3 = prometheus3
+        self.toks: List[Token] = tokenize(src, prometheus3)
         self.i = 0
 
     # -- token helpers ---------------------------------------------------------------------
@@ -236,7 +262,7 @@ class _Parser:
                 if self.peek().kind == "OP" and self.peek().text == "-":
                     self.next()
                     sign = -1
-                d = self.duration(self.expect("DURATION", "duration"))
+                d = self.duration(self.duration_token(), allow_zero=self.prometheus3)
                 e = self.with_offset(e, sign * d, t)
             elif t.kind == "@":
                 self.next()
@@ -244,22 +270,34 @@ class _Parser:
             else:
                 return e
 
-    def duration(self, t: Token) -> int:
-        try:
-            ms = parse_duration(t.text)
-        except DurationError as exc:
-            raise self.err(str(exc), t) from None
-        if ms == 0:
+    def duration_token(self) -> Token:
+        """A duration, or with ``prometheus3`` also a number of seconds (``[300]``, ``offset 50``)."""
+        if self.prometheus3 and self.peek().kind == "NUMBER":
+            return self.next()
+        return self.expect("DURATION", "duration")
+
+    def duration(self, t: Token, allow_zero: bool = False) -> int:
+        if t.kind == "NUMBER":  # Prometheus 3: seconds
+            v = parse_number(t.text)
+            if math.isnan(v) or math.isinf(v) or abs(v) > 9.2e12:
+                raise self.err("duration out of range", t)
+            ms = int(round(v * 1000))
+        else:
+            try:
+                ms = parse_duration(t.text)
+            except DurationError as exc:
+                raise self.err(str(exc), t) from None
+        if ms == 0 and not allow_zero:
             raise self.err("duration must be greater than 0", t)
         return ms
 
     def range_or_subquery(self, e: Expr) -> Expr:
         open_tok = self.next()
-        rng = self.duration(self.expect("DURATION", "duration"))
+        rng = self.duration(self.duration_token())
         if self.peek().kind == ":":
             self.next()
             step = 0
-            if self.peek().kind == "DURATION":
+            if self.peek().kind == "DURATION" or (self.prometheus3 and self.peek().kind == "NUMBER"):
                 step = self.duration(self.next())
             self.expect("]", '"]"')
             if e.type != VECTOR:
@@ -302,8 +340,12 @@ class _Parser:
         if t.kind == "OP" and t.text in ("+", "-"):
             self.next()
             sign = -1.0 if t.text == "-" else 1.0
-        num = self.expect("NUMBER", "timestamp")
-        v = sign * parse_number(num.text)
+        if self.prometheus3 and self.peek().kind == "DURATION":  # Prometheus 3: @ 100s
+            num = self.next()
+            v = sign * self.duration(num, allow_zero=True) / 1000
+        else:
+            num = self.expect("NUMBER", "timestamp")
+            v = sign * parse_number(num.text)
         if math.isinf(v) or math.isnan(v) or abs(v) >= 9.2e15:
             raise self.err(f"timestamp out of bounds for @ modifier: {v}", num)
         return At(ms=int(round(v * 1000)))
@@ -413,9 +455,10 @@ class _Parser:
 
     def call(self, name_tok: Token) -> Call:
         name = name_tok.text
-        if name not in FUNCTIONS:
+        known = {**FUNCTIONS, **EXPERIMENTAL_FUNCTIONS} if self.prometheus3 else FUNCTIONS
+        if name not in known:
             raise self.err(f"unknown function with name {name!r}", name_tok)
-        types, variadic, ret = FUNCTIONS[name]
+        types, variadic, ret = known[name]
         args = self.call_args()
         n = len(types)
         if variadic == 0:
@@ -508,9 +551,11 @@ def _matches_empty(m: Matcher) -> bool:
     return hit if m.op == "=~" else not hit
 
 
-def parse(src: str) -> Expr:
-    """Parse one PromQL expression. Raises ``PromQLSyntaxError`` (with a character position)."""
-    return _Parser(src).parse()
+def parse(src: str, prometheus3: bool = False) -> Expr:
+    """Parse one PromQL expression. Raises ``PromQLSyntaxError`` (with a character position).
+    ``prometheus3``: also Prometheus 3's numbers as durations (``[300]``, ``offset 50``,
+    ``[5m:30]``) and durations as ``@`` times (``@ 100s``)."""
+    return _Parser(src, prometheus3).parse()
 
 
 def selectors(e: Expr):

@@ -1,24 +1,22 @@
 """``histogram_quantile`` over classic (``le``) buckets, as Prometheus 2.42's
-``promql/quantile.go`` computes it, for every step at once.
+``promql/functions.go`` and ``promql/quantile.go`` compute it, for every step of the grid.
 
-Per group of buckets (the series' labels without ``le``): sort by upper bound; merge equal
-bounds; make counts monotonic (a bucket lower than the one before takes its count); NaN when
-the highest bound is not ``+Inf``, when fewer than two buckets remain, or when there are no
-observations; the rank's bucket is found with Go's ``sort.Search`` (the same binary search, so
-even non-monotonic NaN input lands where Prometheus lands); linear interpolation inside the
-bucket, from 0 for the first bucket when its bound is positive; the second-highest bound when
-the rank falls in the ``+Inf`` bucket. ``q < 0`` gives ``-Inf``, ``q > 1`` ``+Inf``.
+This module does the grouping (the series' labels without ``le`` and ``__name__``; a series whose
+``le`` is not a number is skipped) and hands each step's buckets to the project's one
+``bucketQuantile``, ``exporter.runtime.windows.histogram_quantile`` (the sidecar's own), so the
+sidecar and the backtest cannot disagree on a quantile. It is written in a handful of element
+operations; ``NumpyOps`` gives numpy's, so the one implementation runs over every step at once.
 
 Native histograms are not read by this project's sources, so only classic buckets are handled.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ...runtime.windows import bucket_quantile
 from .labels import Labels, get, without
 from .vector import Vec
 
@@ -33,65 +31,37 @@ def parse_le(text: str) -> Optional[float]:
         return None
 
 
-def _search(C: np.ndarray, rank: np.ndarray, n: int) -> np.ndarray:
-    """Go's ``sort.Search(n, func(i) bool { return C[i] >= rank })`` per column."""
-    S = C.shape[1]
-    i = np.zeros(S, np.int64)
-    j = np.full(S, n, np.int64)
-    cols = np.arange(S)
-    while True:
-        active = i < j
-        if not active.any():
-            return i
-        h = (i + j) // 2
-        f = C[np.clip(h, 0, C.shape[0] - 1), cols] >= rank
-        i = np.where(active & ~f, h + 1, i)
-        j = np.where(active & f, h, j)
+class NumpyOps:
+    """``bucket_quantile``'s element operations over every step at once."""
+
+    where = staticmethod(np.where)
+    isnan = staticmethod(np.isnan)
+
+    @staticmethod
+    def index(i: int, like: np.ndarray) -> np.ndarray:
+        return np.full(np.shape(like), i, np.int64)
+
+    @staticmethod
+    def stack(rows):
+        return np.array(rows)
+
+    @staticmethod
+    def take(M: np.ndarray, i: np.ndarray) -> np.ndarray:
+        return M[i, np.arange(M.shape[1])]
+
+    @staticmethod
+    def pick(bounds, i: np.ndarray) -> np.ndarray:
+        return np.asarray(bounds, dtype=np.float64)[i]
+
+    @staticmethod
+    def div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return a / b
 
 
-def bucket_quantile(q: np.ndarray, bounds: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """``bucketQuantile`` for buckets sorted by ``bounds`` (nb,) with counts ``C`` (nb, S), all
-    present at every column."""
-    S = C.shape[1]
+def _columns(q: np.ndarray, bounds: List[float], C: np.ndarray) -> np.ndarray:
+    """``bucketQuantile`` at each column of counts ``C`` (buckets by steps)."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.full(S, np.nan)
-        if math.isinf(bounds[-1]) and bounds[-1] > 0:
-            # coalesce equal bounds (sorted, so equal ones are adjacent)
-            keep = np.concatenate([[True], bounds[1:] != bounds[:-1]])
-            if not keep.all():
-                groups = np.cumsum(keep) - 1
-                merged = np.zeros((int(groups[-1]) + 1, S))
-                for row, gi in enumerate(groups):
-                    merged[gi] = C[row] if keep[row] else merged[gi] + C[row]
-                C, bounds = merged, bounds[keep]
-            else:
-                C = C.copy()
-            # ensureMonotonic: running max, NaN untouched, nothing changes after a NaN first bucket
-            if len(C) > 1:
-                first_nan = np.isnan(C[0])
-                run = np.fmax.accumulate(C, axis=0)
-                fixed = np.where(np.isnan(C), C, run)
-                C = np.where(first_nan[None, :], C, fixed)
-            nb = len(bounds)
-            if nb >= 2:
-                obs = C[-1]
-                rank = q * obs
-                b = _search(C, rank, nb - 1)
-                cols = np.arange(S)
-                bc = C[np.clip(b, 0, nb - 1), cols]
-                prevc = C[np.clip(b - 1, 0, nb - 1), cols]
-                end = bounds[np.clip(b, 0, nb - 1)]
-                start = np.where(b > 0, bounds[np.clip(b - 1, 0, nb - 1)], 0.0)
-                count = np.where(b > 0, bc - prevc, bc)
-                r = np.where(b > 0, rank - prevc, rank)
-                val = start + (end - start) * (r / count)
-                val = np.where((b == 0) & (bounds[0] <= 0), bounds[0], val)
-                val = np.where(b == nb - 1, bounds[nb - 2], val)
-                out = np.where(obs == 0, np.nan, val)
-        out = np.where(np.isnan(q), np.nan, out)
-        out = np.where(q < 0, -np.inf, out)
-        out = np.where(q > 1, np.inf, out)
-    return out
+        return np.asarray(bucket_quantile(np.asarray(q, np.float64), bounds, list(C), NumpyOps), np.float64)
 
 
 def histogram_quantile(q: np.ndarray, vec: Vec) -> Tuple[List[Labels], np.ndarray, np.ndarray]:
@@ -126,7 +96,7 @@ def histogram_quantile(q: np.ndarray, vec: Vec) -> Tuple[List[Labels], np.ndarra
         for pat, cs in patterns.items():
             cs = np.array(cs)
             sel = np.ones(len(rows), bool) if pat == b"all" else np.frombuffer(pat, dtype=bool)
-            vals[cs] = bucket_quantile(q[cs], bounds[sel], V[sel][:, cs])
+            vals[cs] = _columns(q[cs], bounds[sel].tolist(), V[sel][:, cs])
         out_l.append(without(key, ("__name__",)))
         out_v.append(vals)
         out_p.append(present)

@@ -1,6 +1,8 @@
 """Range-vector functions over every step at once: ``rate``, ``increase``, ``delta``, ``irate``,
 ``idelta``, ``deriv``, ``predict_linear``, ``holt_winters``, ``changes``, ``resets`` and the
-``*_over_time`` family, each a transcription of Prometheus 2.42's ``promql/functions.go``.
+``*_over_time`` family, each a transcription of Prometheus 2.42's ``promql/functions.go``
+(plus Prometheus 3's experimental ``first_over_time`` and ``mad_over_time``, which the parser
+takes only in its ``prometheus3`` mode).
 
 A ``Window`` is a group of series that share their sample times, with each step's window
 ``[lo, hi)`` into them found once by binary search. Order-free results (counts, first and last,
@@ -241,6 +243,12 @@ def last_over_time(w: Window) -> Result:
     return w.at(w.hi - 1), np.broadcast_to(w.cnt >= 1, (g, S))
 
 
+def first_over_time(w: Window) -> Result:
+    """Prometheus 3 (experimental): the window's first sample."""
+    g, S = w.shape
+    return w.at(w.lo), np.broadcast_to(w.cnt >= 1, (g, S))
+
+
 def present_over_time(w: Window) -> Result:
     g, S = w.shape
     return np.ones((g, S)), np.broadcast_to(w.cnt >= 1, (g, S))
@@ -319,6 +327,26 @@ def quantile_over_time(w: Window, q: np.ndarray) -> Result:
         vals = w.X[:, np.clip(idx, 0, w.X.shape[1] - 1)]        # (g, S, m)
         vals = sort_nan_first(vals, np.broadcast_to(valid, vals.shape))
         out = quantile_values(np.broadcast_to(q, (g, S)), vals, np.broadcast_to(cnt, (g, S)))
+    return out, np.broadcast_to(cnt >= 1, (g, S))
+
+
+def mad_over_time(w: Window) -> Result:
+    """Prometheus 3 (experimental): the median absolute deviation of the window's samples (the
+    median, by Go's ``quantile``, of each sample's distance to their median)."""
+    g, S = w.shape
+    cnt = w.cnt
+    m = int(cnt.max()) if len(cnt) else 0
+    out = np.full((g, S), np.nan)
+    if m:
+        idx = w.lo[:, None] + np.arange(m)[None, :]
+        valid = np.broadcast_to(np.arange(m)[None, :] < cnt[:, None], (g, S, m))
+        raw = w.X[:, np.clip(idx, 0, w.X.shape[1] - 1)]
+        n = np.broadcast_to(cnt, (g, S))
+        half = np.full((g, S), 0.5)
+        median = quantile_values(half, sort_nan_first(raw, valid), n)
+        with _err():
+            dev = np.abs(raw - median[..., None])
+        out = quantile_values(half, sort_nan_first(dev, valid), n)
     return out, np.broadcast_to(cnt >= 1, (g, S))
 
 
@@ -426,6 +454,8 @@ RANGE_FUNCTIONS: Dict[str, Callable[..., Result]] = {
     "min_over_time": min_over_time,
     "count_over_time": count_over_time,
     "last_over_time": last_over_time,
+    "first_over_time": first_over_time,
+    "mad_over_time": mad_over_time,
     "present_over_time": present_over_time,
     "stddev_over_time": stddev_over_time,
     "stdvar_over_time": stdvar_over_time,

@@ -19,7 +19,7 @@ import math
 from typing import List, Optional, Tuple
 
 from ..inputs import Hist
-from ..windows import View, _monotonic, count_at_or_below, histogram_quantile, model_hist
+from ..windows import View, count_at_or_below, histogram_quantile, model_hist, prepare_buckets
 from .results import QUANTILES, Distribution, Latency, Prompts
 
 
@@ -31,7 +31,7 @@ def quantile_or_bound(q: float, buckets) -> Tuple[float, bool]:
 
 def quantiles_or_bounds(qs, buckets) -> List[Tuple[float, bool]]:
     """``quantile_or_bound`` for several quantiles, the buckets sorted and made monotonic once."""
-    b = _monotonic(sorted(buckets))
+    b = prepare_buckets(buckets)
     out = []
     first_le, first_count = b[0] if b else (math.nan, 0.0)
     for q in qs:
