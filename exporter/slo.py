@@ -207,6 +207,7 @@ SCHEMA: Dict[str, Check] = {
     "capacity.history": _duration,
     "capacity.peak_window": _duration,
     "capacity.headroom": _number(0),
+    "capacity.prefill_weight": _number(0),
     "gate.max_regression": _number(0, open_lo=True),
     "gate.min_effect_ms": _number(0),
 }

@@ -104,6 +104,11 @@ CHAT = {"cls": "chat", "prompt": [100, 500], "output": [50, 200], "stream_share"
 # with no request waiting (at 6, up to 15 running); 2.5 leaves room for the machine's other work.
 CHAT_RATE = 2.5
 
+# Closed-loop chat clients for `mix-change`: more of them than vLLM's 16 batch slots, so the
+# replica always has requests waiting (it runs at its limit) without the KV cache filling.
+MIX_CHAT = {"cls": "chat", "workers": 20, "prompt": [100, 500], "output": [100, 300], "think": 0.1,
+            "stream_share": 0.5, "system_prefix": 64}
+
 SCENARIOS = {
     "long-prompt-flood": {
         "server": PRESSURE_FLAGS,
@@ -144,6 +149,28 @@ SCENARIOS = {
             "4,000-5,000-token prompt about every 90 s. KV usage is high "
             "at times, the server keeps up: no sustained capacity waits, few or no preemptions, TTFT p95 "
             "far under the 3 s SLO. The alert pack must page nothing on it."),
+    },
+    "mix-change": {
+        # a replica held at its limit by closed-loop clients while the prompt mix changes: what
+        # one replica sustains per mix, for the capacity model (issue 22). The KV cache is twice
+        # the pressure server's so that the long prompts cost compute, not preemptions.
+        "server": [f if f != "300" else "600" for f in PRESSURE_FLAGS],
+        "phases": [
+            {"name": "normal", "duration": 240, "closed": [MIX_CHAT]},
+            {"name": "long", "duration": 240,
+             "closed": [dict(MIX_CHAT, workers=15),
+                        {"cls": "long", "workers": 3, "prompt": [3000, 4000], "output": [50, 150],
+                         "think": 0.1, "stream_share": 0.0, "system_prefix": 0}]},
+            {"name": "normal-again", "duration": 240, "closed": [MIX_CHAT]},
+        ],
+        "onset_phase": "long",
+        "expect": (
+            "One replica kept at its limit throughout (more closed-loop clients than the 16 batch slots, so "
+            "requests always wait) while the prompt mix changes. `normal`: 20 chat clients, 100-500-token "
+            "prompts, 100-300-token answers. `long`: 15 chat clients beside 3 clients sending 3,000-4,000-token "
+            "prompts with short answers: prefill takes a large share of the engine, so the output tokens/s "
+            "fall while the prompt tokens/s rise. `normal-again`: the chat clients alone as in `normal`. "
+            "The capacity model must give, per mix, a figure within what the replica held in that phase."),
     },
     "busy-overloaded": {
         # busy-healthy's first settings: a little more traffic than the box could carry. Kept as the

@@ -27,6 +27,7 @@ class Phase:
     output_tokens: float = 100  # every request's output length
     prefix_hit_ratio: float = 0.5
     spec_accepted_ratio: float = 0.0  # 0: no speculative decoding series at all
+    waiting: float = 0.0        # requests waiting (vllm:num_requests_waiting; only when a phase has some)
 
     @property
     def tokens_per_second(self) -> float:
@@ -91,6 +92,8 @@ def samples(phases: Sequence[Phase], labels: Dict[str, str], start: float, scrap
                 cnt.add(key, 0.0)
         t = start + k * scrape
         yield ("vllm:num_requests_running", lab, 1.0, t)
+        if any(p.waiting for p in phases):
+            yield ("vllm:num_requests_waiting", lab, float(steps[max(k - 1, 0)].waiting), t)
         for key, v in cnt.c.items():
             name, extra = key.split("|")
             yield (name, ",".join(x for x in (lab, extra) if x), v, t)

@@ -234,6 +234,90 @@ def test_daily_peaks_make_a_trend(slo):
     assert t.crosses_at_ms == pytest.approx((START_S + 4 * 86400) * 1000, abs=60_000)
 
 
+# -- a capacity unit that survives a change of load mix (issue 22) ----------------------------------------
+
+def test_the_prefill_weight_by_hand():
+    # at its limit a replica makes 1000 weighted tokens/s with w = 0.25: chat (prompt 1333.3 tokens/s)
+    # leaves 1000 - 333.3 = 666.7 output tokens/s, the flood (prompt 3636.4) 90.9
+    p = np.array([1333.3, 1333.3, 1333.3, 3636.4, 3636.4, 3636.4, 100.0])
+    g = 1000 - 0.25 * p
+    sat = np.array([True] * 6 + [False])  # the last step is not saturated: left out of the fit
+    g[-1] = 50.0
+    w = cap.fit_prefill_weight(p, g, sat, fallback=0.1)
+    assert (w.source, w.saturated_steps) == ("fitted", 6)
+    assert w.weight == pytest.approx(0.25) and w.level == pytest.approx(1000)
+    # one mix only, too few steps, a slope that is not negative: the SLO's weight, with the reason
+    one = cap.fit_prefill_weight(np.full(8, 1333.0), np.full(8, 666.0), np.ones(8, bool), fallback=0.1)
+    assert (one.source, one.weight) == ("slo", 0.1) and "one mix" in one.note
+    few = cap.fit_prefill_weight(p[:3], g[:3], sat[:3], fallback=0.1)
+    assert few.source == "slo" and "3 saturated" in few.note
+    up = cap.fit_prefill_weight(p[:6], 100 + 0.25 * p[:6], sat[:6], fallback=0.1)
+    assert up.source == "slo" and "not significantly negative" in up.note
+
+
+def test_sustained_level_is_the_rules_min_over_the_window():
+    u = np.array([np.nan, 5, 6, 7, 8, 9, 9, 9], dtype=float)
+    within = np.array([False, True, True, True, False, True, True, True])
+    lvl = cap.sustained_level(u, within, 2)
+    # a window of 2 steps needs the replica present 3 steps (the rule's offset); a missed step counts 0
+    assert np.isnan(lvl[:3]).all()
+    assert list(lvl[3:]) == [6, 0, 0, 9, 9]
+
+
+# The issue's recording in miniature, worked by hand. One replica sustains 1000 weighted tokens/s at
+# w = 0.25, always at its limit (2 requests waiting). Chat (prompt 400, output 200: 300 weighted tokens a
+# request): 3.333 req/s, 666.7 output tokens/s, but a TTFT blip every 4 minutes, so no 4-minute stretch is
+# within every objective. Flood (prompt 4000, output 100: 1100 a request): 0.909 req/s, 90.9 output
+# tokens/s, within every objective throughout: the only sustained stretch.
+CHAT_OK = Phase(180, 1000 / 300, 0.3, prompt_tokens=400, output_tokens=200, waiting=2)
+CHAT_BLIP = Phase(60, 1000 / 300, 4.0, prompt_tokens=400, output_tokens=200, waiting=2)
+FLOOD = Phase(1200, 1000 / 1100, 0.8, prompt_tokens=4000, output_tokens=100, waiting=2)
+MIXED = [CHAT_OK, CHAT_BLIP] * 5 + [FLOOD]
+
+
+def test_a_prefill_heavy_stretch_does_not_make_chat_need_more_replicas(slo):
+    m = _model(slo, {"p0": MIXED}, end_s=2400, target_qps=3)
+    # the old unit: the flood's 90.9 output tokens/s; the range (minute 5 to 40: 900 s of chat, 1200 of
+    # flood) has 3000 chat and 1090.9 flood requests, 173.33 output tokens on average
+    # ((3000 x 200 + 1090.9 x 100) / 4090.9), so 3 req/s "needed" 3 x 173.33 / 90.91 = 5.72 -> 6 replicas
+    # for a load one replica served
+    assert m.sustainable.tokens_per_second == pytest.approx(1000 / 11, rel=1e-6)
+    assert m.output_tokens.mean == pytest.approx(173.333, abs=1e-3)
+    assert 3 * m.output_tokens.mean / m.sustainable.tokens_per_second == pytest.approx(5.72, abs=1e-3)
+    w = m.weighted
+    assert w.weight.source == "fitted" and w.weight.weight == pytest.approx(0.25)
+    assert w.weight.level == pytest.approx(1000)
+    assert w.tokens_per_second == pytest.approx(1000)
+    # per mix: chat 3.333 req/s (what the replica held), the flood 0.909
+    chat, flood = w.mixes
+    assert (chat.lo, chat.hi, flood.lo, flood.hi) == (2, 4, 32, 64)   # 2 and 40 prompt tokens per output token
+    assert chat.capacity_qps == pytest.approx(1000 / 300) and chat.held_qps == pytest.approx(1000 / 300)
+    assert chat.capacity_tokens_per_second == pytest.approx(2000 / 3) and chat.replicas_needed == 1
+    assert flood.capacity_qps == pytest.approx(1000 / 1100) and flood.held_qps == pytest.approx(1000 / 1100)
+    # the range's mix: prompt 1360 ((3000 x 400 + 1090.9 x 4000) / 4090.9), output 173.33: 0.25 x 1360 +
+    # 173.33 = 513.33 weighted tokens a request; 3 req/s of it = 1540 weighted tokens/s -> 2 replicas
+    # (one held 1000): more than one, because the range's mix is heavier than the chat one replica served
+    assert m.prompt_tokens.mean == pytest.approx(1360, abs=1e-3)
+    assert w.request_cost == pytest.approx(513.333, abs=1e-3)
+    assert m.target.replicas_needed == 2 and m.capacity_qps == pytest.approx(1000 / w.request_cost)
+    md = rep.markdown(_report(slo, {"p0": MIXED}, 2400, target_qps=3))
+    assert "weighted tokens/s = output tokens/s + 0.25 × prompt tokens/s" in md and "fitted" in md
+    assert "The load mix moved in the range" in md
+
+
+def _report(slo, replicas, end_s, **kw):
+    st = load_openmetrics(history(replicas, START_S).encode()).store
+    return cap.compute(st, cap.Options(slo, (START_S + 300) * 1000, (START_S + end_s) * 1000, 60_000, **kw))
+
+
+def test_without_saturation_the_slo_weight_is_used_and_said(slo):
+    m = _model(slo, {"p0": RAMP})
+    assert m.weighted.weight.source == "slo" and m.weighted.weight.weight == slo["capacity"]["prefill_weight"]
+    # one mix: the weighted capacity in req/s is the old one (200 output + 0.1 x 800 prompt per 140)
+    assert m.weighted.tokens_per_second == pytest.approx(200 + 0.1 * 800)
+    assert m.capacity_qps == pytest.approx(2.0) == m.output_only_capacity_qps
+
+
 def test_nothing_in_range_is_said(slo):
     st = load_openmetrics(history({"p0": RAMP}, START_S).encode()).store
     report = cap.compute(st, cap.Options(slo, (START_S + 300) * 1000, (START_S + 3600) * 1000, 60_000,
