@@ -425,3 +425,68 @@ def test_a_real_prometheus_gives_the_same_model_as_the_file(capsys, tmp_path, ra
         assert rc == 0, err
         assert json.loads(served) == json.loads(filed)
         assert json.loads(served)["models"][0]["sustainable"]["tokens_per_second"] == pytest.approx(200)
+
+
+# -- cost (issue 22): every figure worked by hand ---------------------------------------------------------
+
+from exporter.analysis import capacity_cost as costing  # noqa: E402
+
+
+def test_the_users_fleet_priced_by_hand():
+    # the SLO file's example: 8 x H100 reserved at 2.50 a GPU-hour, 4 replicas of 2 GPUs (TP2)
+    p = costing.prices(load_slo(None))
+    assert (p.fleet, p.gpus_per_replica, p.gpus_source, p.replica_hour, p.spot_replica_hour) == \
+        ("reserved", 2, "slo", 5.0, 3.2)
+    # each replica sustains 8 req/s (1,600 tokens/s at 200 output tokens); target 30 -> 4 replicas.
+    # 14 days at 20 req/s on average: 4 x 336 = 1,344 replica-hours, 6,720 USD, 4.8384e9 output tokens,
+    # 24,192,000 requests
+    secs = 14 * 86400
+    c = costing.model_cost(p, 4, 4, 4 * 14 * 24, 20 * 200 * secs, 20 * secs, 8.0, 200, 30)
+    # a month: 4 x 5.00 x 730 + 400 storage = 15,000 against 16,000: within, 6.7 % to spare
+    assert c.monthly_now == pytest.approx(15_000) and c.monthly_needed == pytest.approx(15_000)
+    assert c.within_budget is True and c.budget_margin == pytest.approx(16_000 / 15_000 - 1)
+    # observed: 6,720 / 4,838.4 million tokens = 1.389; 6,720 / 24,192 thousand requests = 0.2778
+    assert c.observed_cost == pytest.approx(6720)
+    assert c.per_million_output_observed == pytest.approx(6720 / 4838.4)
+    assert c.per_thousand_requests_observed == pytest.approx(6720 / 24192)
+    # sustainable: a replica-hour (5.00) over 8 x 200 x 3600 = 5.76 million tokens = 0.868; over 28,800
+    # requests = 0.1736 a thousand
+    assert c.per_million_output_sustainable == pytest.approx(5 / 5.76)
+    assert c.per_thousand_requests_sustainable == pytest.approx(5 / 28.8)
+    # a quarter on spot: 1 replica at 3.20: 3 x 5 x 730 + 3.2 x 730 + 400 = 13,686, saving 1,314 (8.76 %);
+    # with it reclaimed the other 3 sustain 24 req/s, under the target 30
+    s = c.spot
+    assert (s.replicas, s.monthly, s.saving) == (1, pytest.approx(13_686), pytest.approx(1_314))
+    assert s.saving_share == pytest.approx(1314 / 15000)
+    assert s.capacity_left_qps == pytest.approx(24) and s.enough_without_spot is False
+    assert "reclaimed" in s.risk and "NOT enough" in s.risk
+
+
+def test_cost_over_budget_and_per_replica_prices(tmp_path):
+    f = tmp_path / "slo.yaml"
+    f.write_text("cost: {unit: replica_hour, prices: {reserved: 10, on_demand: 20, spot: 6}, fleet: on_demand,\n"
+                 "       monthly_fixed: 0, monthly_budget: 50000, spot_share: 0.5}\n")
+    p = costing.prices(load_slo(str(f)), gpus_seen=8)  # GPU counts do not matter per replica-hour
+    assert (p.replica_hour, p.spot_replica_hour, p.gpus_per_replica) == (20, 6, None)
+    # 5 replicas needed: 5 x 20 x 730 = 73,000 > 50,000, over by 23,000; half on spot: 3 of 5 at 6:
+    # 2 x 20 x 730 + 3 x 6 x 730 = 42,340, saving 30,660
+    c = costing.model_cost(p, 3, 5, 0, None, None, 2.0, 100, 9)
+    assert c.monthly_now == pytest.approx(43_800) and c.monthly_needed == pytest.approx(73_000)
+    assert c.within_budget is False and c.per_million_output_observed is None
+    assert c.spot.replicas == 3 and c.spot.saving == pytest.approx(30_660)
+    assert c.spot.capacity_left_qps == pytest.approx(4) and c.spot.enough_without_spot is False
+    # the sidecars' GPU count wins over cost.gpus_per_replica for GPU-hour prices
+    assert costing.prices(load_slo(None), gpus_seen=4).replica_hour == pytest.approx(10)
+
+
+def test_the_report_prices_the_model(slo):
+    m = _model(slo, {"p0": RAMP}, target_qps=3)
+    c = m.cost
+    # one replica at 5.00 an hour: 3,650 + 400 a month; 2 needed for 3 req/s (2 each): 7,700
+    assert c.monthly_now == pytest.approx(4050) and c.replicas_needed == 2 and c.monthly_needed == pytest.approx(7700)
+    # minute 5 to 60 evaluated every minute: 56 replica-steps = 0.9333 replica-hours
+    assert c.observed_hours == pytest.approx(56 / 60)
+    # at the sustainable load: 2 req/s x 100 tokens = 720,000 tokens an hour for 5.00
+    assert c.per_million_output_sustainable == pytest.approx(5 / 0.72)
+    md = rep.markdown(_report(slo, {"p0": RAMP}, 3600, target_qps=3))
+    assert "| fleet now, a month | 4,050 USD |" in md and "within the budget of 16,000 USD" in md

@@ -49,6 +49,7 @@ from ..pack.names import model_labels
 from ..pack.recording import capacity as capacity_family
 from ..pack.recording import capacity_names, recording_rules
 from ..slo import seconds
+from . import capacity_cost as costing
 from .promql.ast import VectorSelector, walk
 from .promql.durations import format_duration
 from .promql.engine import DEFAULT_LOOKBACK_MS, Evaluator
@@ -258,7 +259,7 @@ class ModelCapacity:
     rules_at_end: Dict[str, Optional[float]] = field(default_factory=dict)
     weighted: Optional[Weighted] = None
     output_only_capacity_qps: Optional[float] = None  # replicas x sustainable output / mean output (old unit)
-    cost: Optional[object] = None                      # costing.ModelCost, when the SLO prices the fleet
+    cost: Optional[costing.ModelCost] = None           # what the fleet costs, from the SLO's prices
 
     @property
     def name(self) -> str:
@@ -336,6 +337,13 @@ def range_exprs(c: Ctx, range_ms: int) -> Dict[str, str]:
                                      f"{ratio('vllm:gpu_prefix_cache_hits_total', 'vllm:gpu_prefix_cache_queries_total')}\n)")
     out["spec_decode_acceptance"] = ratio("vllm:spec_decode_num_accepted_tokens_total",
                                           "vllm:spec_decode_num_draft_tokens_total")
+    # what the range served, for its cost per token and per request
+    out["output_total"] = inc("vllm:generation_tokens_total")
+    out["requests_total"] = inc("vllm:request_success_total")
+    # GPUs per replica as the sidecars count them (the most any replica of the model has)
+    out["gpus_per_replica"] = (f"max by ({svc}) (\n  count by ({c.r}) (vllm_sidecar_gpu_info{s})\n"
+                               f"  * on ({c.r}) group_left (model_name)\n"
+                               f"  group by ({c.r}, model_name) (vllm:num_requests_running{s})\n)")
     return out
 
 
@@ -755,9 +763,15 @@ def compute(store: Store, opts: Options) -> CapacityReport:
                                max(int(seconds(c.W) * 1000) // opts.step_ms, 1))
         cap_qps = replicas_now * wc.tokens_per_second / wc.request_cost \
             if wc.tokens_per_second and wc.request_cost else None
+        per_replica_qps = wc.tokens_per_second / wc.request_cost if wc.tokens_per_second and wc.request_cost else None
         peaks = period_peaks(times, q_series, np.isfinite(q_series), opts.trend_period_ms, opts.step_ms)
         tr = trend(peaks, opts.trend_period_ms, cap_qps, opts.confidence)
         tg = target(opts.target_qps, pk, headroom, replicas_now, wc.tokens_per_second, wc.request_cost)
+        replica_hours = sum(int(np.isfinite(x["output"]).sum()) for x in series) * opts.step_ms / 3_600_000
+        mc = costing.model_cost(costing.prices(slo, whole["gpus_per_replica"].get(m)), replicas_now,
+                                tg.replicas_needed if tg is not None else None, replica_hours,
+                                whole["output_total"].get(m), whole["requests_total"].get(m), per_replica_qps,
+                                mean_out, tg.qps if tg is not None else None)
         report.models.append(ModelCapacity(
             labels=dict(m), peak_qps=pk, peak_tokens_per_second=pk_tok,
             prompt_tokens=Distribution(whole["prompt_mean"].get(m), whole["prompt_p50"].get(m),
@@ -767,5 +781,6 @@ def compute(store: Store, opts: Options) -> CapacityReport:
             spec_decode_acceptance=whole["spec_decode_acceptance"].get(m),
             replicas_now=replicas_now, sustainable=sus, capacity_tokens_per_second=cap_tok, capacity_qps=cap_qps,
             curve=curve(pts, objectives), points=pts, trend=tr, target=tg,
-            rules_at_end={k: rules_end[k].get(m) for k in END_RULES}, weighted=wc, output_only_capacity_qps=old_qps))
+            rules_at_end={k: rules_end[k].get(m) for k in END_RULES}, weighted=wc, output_only_capacity_qps=old_qps,
+            cost=mc))
     return report

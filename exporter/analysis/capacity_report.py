@@ -129,6 +129,50 @@ def mix_table(wc, moved: bool) -> List[str]:
     return out
 
 
+def _money(v: Optional[float], cur: str) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.0f} {cur}" if abs(v) >= 100 else f"{v:.3g} {cur}"
+
+
+def cost_rows(m: ModelCapacity) -> List[str]:
+    c = m.cost
+    p = c.prices
+    cur = p.currency
+    if p.gpus_per_replica is not None:
+        where = "counted by the sidecars" if p.gpus_source == "sidecar" else "cost.gpus_per_replica"
+        rate = f"{p.fleet} at {p.unit_prices[p.fleet]:g} {cur} per GPU-hour × {p.gpus_per_replica:g} GPUs per " \
+               f"replica ({where}) = {_money(p.replica_hour, cur)} per replica-hour"
+    else:
+        rate = f"{p.fleet} at {_money(p.replica_hour, cur)} per replica-hour"
+    month = f"× {p.hours_per_month:g} h + {_money(p.monthly_fixed, cur)} fixed"
+    out = ["", "Cost (prices from the SLO file's cost section; " + rate + "):", "",
+           "| figure | value | from |", "| --- | --- | --- |",
+           f"| fleet now, a month | {_money(c.monthly_now, cur)} | {c.replicas_now} × {_money(p.replica_hour, cur)} "
+           f"{month} |"]
+    if c.monthly_needed is not None:
+        budget = _money(p.monthly_budget, cur)
+        verdict = f"within the budget of {budget} ({_pct(c.budget_margin, True)} to spare)" if c.within_budget \
+            else f"OVER the budget of {budget} by {_money(c.monthly_needed - p.monthly_budget, cur)}"
+        out.append(f"| replicas the target needs, a month | {_money(c.monthly_needed, cur)}: {verdict} | "
+                   f"{c.replicas_needed} × {_money(p.replica_hour, cur)} {month} |")
+    out.append(f"| per million output tokens, observed | {_money(c.per_million_output_observed, cur)} | "
+               f"{c.observed_hours:.3g} replica-hours in the range ({_money(c.observed_cost, cur)}) over the output "
+               f"tokens served |")
+    out.append(f"| per thousand requests, observed | {_money(c.per_thousand_requests_observed, cur)} | the same over "
+               f"the requests finished |")
+    out.append(f"| per million output tokens, at the sustainable load | {_money(c.per_million_output_sustainable, cur)} | "
+               f"a replica-hour over what one replica sustains in an hour at the range's mix |")
+    out.append(f"| per thousand requests, at the sustainable load | {_money(c.per_thousand_requests_sustainable, cur)} | "
+               f"the same over requests |")
+    sp = c.spot
+    if sp is not None:
+        out.append(f"| {sp.share:.0%} of the needed replicas on spot | saves {_money(sp.saving, cur)} a month "
+                   f"({_pct(sp.saving_share)}): {_money(sp.monthly, cur)} | {sp.replicas} replica(s) at "
+                   f"{_money(p.spot_replica_hour, cur)} per replica-hour. Risk: {sp.risk} |")
+    return out
+
+
 def markdown(r: CapacityReport) -> str:
     o = r.objectives
     objs = f"TTFT p95 ≤ {_s(o.ttft_p95_seconds)}, TTFT mean ≤ {_s(o.ttft_mean_seconds)}, " \
@@ -199,6 +243,8 @@ def markdown(r: CapacityReport) -> str:
             for b in m.curve:
                 out.append(f"| {_n(b.lo)} … {_n(b.hi)} (median {_n(b.tokens_per_second)}) | {b.points} | "
                            f"{_s(b.ttft_p95)} | {_s(b.ttft_mean)} | {_s(b.itl_mean)} | {_pct(b.within_share)} |")
+        if m.cost is not None:
+            out += cost_rows(m)
         if m.weighted is not None and m.weighted.mixes:
             out += mix_table(m.weighted, len(m.weighted.mixes) > 1)
         if m.trend.peaks:
@@ -231,6 +277,7 @@ def to_dict(r: CapacityReport) -> Dict[str, Any]:
             "capacity": {"tokens_per_second": m.capacity_tokens_per_second, "qps": m.capacity_qps,
                          "output_only_qps": m.output_only_capacity_qps},
             "weighted": None if m.weighted is None else weighted_dict(m.weighted),
+            "cost": None if m.cost is None else cost_dict(m.cost),
             "target": None if tg is None else {
                 "qps": tg.qps, "source": tg.source, "replicas_now": tg.replicas_now,
                 "replicas_needed": tg.replicas_needed, "capacity_qps": tg.capacity_qps, "margin": tg.margin,
@@ -258,6 +305,13 @@ def weighted_dict(wc) -> Dict[str, Any]:
             "sustainable_per_replica": wc.tokens_per_second, "at": _opt_time(wc.at_ms), "replica": wc.replica,
             "bound": wc.bound, "missed_near_limit_steps": wc.missed_near_limit, "request_cost": wc.request_cost,
             "mixes": [{**vars(x), "first": fmt_time(x.first_ms), "last": fmt_time(x.last_ms)} for x in wc.mixes]}
+
+
+def cost_dict(c) -> Dict[str, Any]:
+    out = {k: v for k, v in vars(c).items() if k not in ("prices", "spot")}
+    out["prices"] = {**vars(c.prices), "unit_prices": dict(c.prices.unit_prices)}
+    out["spot"] = None if c.spot is None else vars(c.spot)
+    return out
 
 
 def to_json(r: CapacityReport) -> str:
