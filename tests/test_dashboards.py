@@ -163,6 +163,7 @@ def test_every_panel_gets_data_from_a_real_prometheus(tmp_path):
     for g in gpus:
         g.utilization_percent = 97
         g.clock_event_reasons = 0x4  # sw power cap: something to show in the throttle panel
+        g.energy_from_power = True   # the energy counter rises with the power drawn: tokens per joule
     sidecar = SidecarThread({"vllm_url": vllm.url, "poll_interval": 0.5, "window": 10, "gpu": "nvml",
                                                          "stall_seconds": 5}, nvml=nv)
     labels = {"namespace": "llm", "pod": "vllm-0"}
