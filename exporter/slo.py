@@ -208,6 +208,7 @@ SCHEMA: Dict[str, Check] = {
     "capacity.peak_window": _duration,
     "capacity.headroom": _number(0),
     "capacity.prefill_weight": _number(0),
+    "capacity.saturated_share": _number(0, 1, open_lo=True),
     "cost.currency": _text,
     "cost.unit": _choice("gpu_hour", "replica_hour"),
     "cost.prices.reserved": _number(0),

@@ -233,6 +233,17 @@ NOTES = {
         "VLLMPrefixCacheHitRatioLow (info, `for: 30m`) stays pending: the chat prompts share only a 64-token "
         "system prompt.",
     ],
+    "mix-change": [
+        "Recorded for the capacity model (issue 22) with the lock on the real vLLM held, on a box far busier "
+        "than the other recordings': load average 16-22, two other CPU vLLM servers already running when it "
+        "started. Throughput moved with the machine, not only with the mix (output tokens/s 23 to 493 within "
+        "`normal` on 1-minute windows); TTFT p95 was 6-7 s in every phase (the queue of the clients beyond "
+        "the 16 batch slots), so the default objectives are missed throughout.",
+        "At its limit the replica made 360 and 403 output tokens/s on chat (`normal`, `normal-again`: 575 and "
+        "642 prompt tokens/s) and 227 with the long prompts (1,375 prompt tokens/s): output tokens/s alone "
+        "fall by 40 % where prefill takes the engine. `capacity` fits the prefill weight from the best "
+        "saturated step of each mix: about 0.18 output tokens per prompt token (tests/test_capacity.py).",
+    ],
     "busy-overloaded": [
         "Recorded as the first `busy-healthy` attempt with these settings (then the only busy-healthy "
         "settings, recorder of commit a63f56a), renamed when it turned out overloaded; the same command "

@@ -15,11 +15,11 @@ From the raw vLLM series over a range (two weeks by default) and the SLO file, p
 - what one replica sustains in a unit that survives a change of load mix: weighted tokens/s,
   ``output tokens/s + w x prompt tokens/s``, where ``w`` (what one prompt token costs in output
   tokens) is fitted from the replica's own history at saturation (steps where requests waited
-  throughout the rate window: the replica ran at its limit, so ``output + w x prompt`` is the same
-  constant whatever the mix; a least-squares line through those steps, output against prompt
-  tokens/s, has slope ``-w``), or taken from ``capacity.prefill_weight`` when the history cannot
-  tell (no saturated steps, one mix only, or a slope that is not significantly negative); the
-  report says which. The highest weighted level held for ``capacity.sustain`` within every
+  in ``capacity.saturated_share`` of the rate window: the replica ran at its limit, so
+  ``output + w x prompt`` is the same constant whatever the mix; output against prompt tokens/s
+  through the best saturated step of each mix is a line of slope ``-w``), or taken from
+  ``capacity.prefill_weight`` when the history cannot tell (no saturated steps, one mix only, a
+  line that does not fall); the report says which. The highest weighted level held for ``capacity.sustain`` within every
   objective is the replica's capacity; a request of the observed mix costs
   ``w x mean prompt + mean output``, so the capacity in requests/s follows for any mix, and is
   shown per load mix (steps grouped by prompt tokens per output token, in bands of a factor of 2)
@@ -218,7 +218,7 @@ class Mix:
     output_tokens: float
     held_qps: float                    # the highest a replica held there (rate window)
     held_tokens_per_second: float      # output tokens/s, the highest a replica held there
-    saturated_share: float             # share of its steps where requests waited all the rate window
+    saturated_share: float             # share of its steps saturated (requests waited in most of the rate window)
     within_share: float                # share of its steps within every objective
     capacity_qps: Optional[float]      # what one replica sustains at this mix within every objective
     capacity_tokens_per_second: Optional[float]
@@ -500,11 +500,15 @@ def target(target_qps: Optional[float], peak_qps: Optional[Peak], headroom: floa
 
 def fit_prefill_weight(prompt: np.ndarray, output: np.ndarray, saturated: np.ndarray, fallback: float,
                        confidence: float = 0.95) -> PrefillWeight:
-    """The prefill weight from saturated steps: at its limit a replica makes ``output + w x prompt``
-    weighted tokens/s whatever the mix, so output tokens/s against prompt tokens/s over those steps
-    is a line of slope ``-w``. Needs ``MIN_FIT_STEPS`` steps, prompt rates apart by
-    ``MIN_FIT_SPREAD`` (more than one mix) and a slope whose interval lies below zero; otherwise
-    ``fallback`` (the SLO's ``capacity.prefill_weight``), with the reason."""
+    """The prefill weight from saturated steps: at its limit a replica makes ``C = output + w x prompt``
+    weighted tokens/s whatever the mix, so at saturation output tokens/s against prompt tokens/s lie
+    on a line of slope ``-w``. Whatever else happens on the machine (a noisy neighbour, a slow
+    scrape) only lowers a step below that line, so the line is drawn through the best saturated
+    step of each load mix (the highest output tokens/s in each band of ``mix_band``): through two
+    mixes exactly, through three or more by least squares (with the weight's confidence interval).
+    Needs ``MIN_FIT_STEPS`` saturated steps, two mixes whose prompt tokens/s are ``MIN_FIT_SPREAD``
+    apart, and a falling line; otherwise ``fallback`` (the SLO's ``capacity.prefill_weight``), with
+    the reason."""
     ok = saturated & np.isfinite(prompt) & np.isfinite(output) & (output > 0) & (prompt >= 0)
     n = int(ok.sum())
 
@@ -512,18 +516,32 @@ def fit_prefill_weight(prompt: np.ndarray, output: np.ndarray, saturated: np.nda
         return PrefillWeight(float(fallback), "slo", n, note=why)
 
     if n < MIN_FIT_STEPS:
-        return slo(f"{n} saturated step(s) (requests waiting throughout the rate window); a fit needs {MIN_FIT_STEPS}")
-    x, y = prompt[ok], output[ok]
-    if not x.max() > 0 or x.min() * MIN_FIT_SPREAD > x.max():
-        return slo(f"the saturated steps are one mix (prompt tokens/s {x.min():.0f} to {x.max():.0f}); a fit needs "
-                   f"two, {MIN_FIT_SPREAD:g}x apart")
-    fit = linear_fit(x.tolist(), y.tolist())
-    lo, hi = fit.slope_interval(confidence)
-    if not hi < 0:
-        return slo(f"output against prompt tokens/s at saturation: slope {fit.slope:+.3g} "
-                   f"({confidence:.0%} CI {lo:+.3g} … {hi:+.3g}), not significantly negative")
-    return PrefillWeight(-fit.slope, "fitted", n, level=fit.intercept, low=-hi, high=-lo,
-                         note=f"{n} saturated steps, prompt tokens/s {x.min():.0f} to {x.max():.0f}")
+        return slo(f"{n} saturated step(s) (requests waiting in capacity.saturated_share of the rate window); "
+                   f"a fit needs {MIN_FIT_STEPS}")
+    idx = np.nonzero(ok)[0]
+    bands = mix_band(prompt[idx], output[idx])
+    best = [idx[bands == b][int(np.argmax(output[idx[bands == b]]))] for b in np.unique(bands)]
+    x, y = prompt[best], output[best]
+    if len(best) < 2 or x.min() * MIN_FIT_SPREAD > x.max():
+        return slo(f"the saturated steps are one mix (prompt tokens/s {prompt[idx].min():.0f} to "
+                   f"{prompt[idx].max():.0f}); a fit needs two, {MIN_FIT_SPREAD:g}x apart")
+    order = np.argsort(x)
+    x, y = x[order], y[order]
+    lo = hi = None
+    if len(best) == 2:
+        slope = float((y[1] - y[0]) / (x[1] - x[0]))
+        level = float(y[0] - slope * x[0])
+    else:
+        fit = linear_fit(x.tolist(), y.tolist())
+        slope, level = fit.slope, fit.intercept
+        lo, hi = fit.slope_interval(confidence)
+    pts = ", ".join(f"{a:.0f} prompt → {b:.0f} output tokens/s" for a, b in zip(x, y))
+    if not slope < 0:
+        return slo(f"the best saturated steps of {len(best)} mixes ({pts}) do not fall: slope {slope:+.3g}")
+    return PrefillWeight(-slope, "fitted", n, level=level, low=None if hi is None else -hi,
+                         high=None if lo is None else -lo,
+                         note=f"through the best saturated step of each of {len(best)} mixes ({pts}), "
+                              f"{n} saturated steps")
 
 
 def sustained_level(u: np.ndarray, within: np.ndarray, window_steps: int) -> np.ndarray:
@@ -685,8 +703,10 @@ def compute(store: Store, opts: Options) -> CapacityReport:
     sustained = over_range(names["sustained"])
     prompt = over_range(c.rec("vllm_prompt_tokens", "rate"))
     rqps = over_range(c.rec("vllm_requests_finished", "rate"))
-    # saturated: requests waited at every evaluation of the rate window (the replica at its limit)
-    saturated = over_range(f"min_over_time({c.rec('vllm_requests_waiting', 'sum')}[{c.W}]) > 0")
+    # saturated: requests waited at capacity.saturated_share of the evaluations of the rate window or
+    # more (the replica ran at its limit)
+    saturated = over_range(f"avg_over_time(({c.rec('vllm_requests_waiting', 'sum')} > bool 0)[{c.W}:]) "
+                           f">= {slo['capacity']['saturated_share']:g}")
     qps = over_range(c.mrec("vllm_requests_finished", "rate"))
     tokens = over_range(c.mrec("vllm_generation_tokens", "rate"))
     whole = at_end(range_exprs(c, opts.end_ms - opts.start_ms))

@@ -84,8 +84,8 @@ def verdict_text(m: ModelCapacity) -> str:
 def weight_text(wc) -> str:
     pw = wc.weight
     if pw.source == "fitted":
-        return f"{pw.weight:.3g} (fitted: {pw.note}; {_n(pw.low)} … {_n(pw.high)}; a replica at its limit makes " \
-               f"{_n(pw.level)} weighted tokens/s)"
+        ci = "" if pw.low is None else f"; interval {pw.low:.3g} … {pw.high:.3g}"
+        return f"{pw.weight:.3g} (fitted {pw.note}{ci}; a replica at its limit makes {_n(pw.level)} weighted tokens/s)"
     return f"{pw.weight:.3g} (capacity.prefill_weight of the SLO file: {pw.note})"
 
 
