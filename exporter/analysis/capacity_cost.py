@@ -101,7 +101,8 @@ def spot(p: Prices, replicas_needed: int, per_replica_qps: Optional[float], targ
         risk = "no replica on spot: no saving, no reclaim risk"
     else:
         rest = "" if left is None else \
-            f"; with all {k} reclaimed at once the other {replicas_needed - k} sustain {left:.3g} req/s" + \
+            f"; with the {k} spot replica{'' if k == 1 else 's'} reclaimed at once the other " \
+            f"{replicas_needed - k} sustain {left:.3g} req/s" + \
             ("" if target_qps is None else f" against the target {target_qps:.3g} req/s: " +
              ("still enough" if enough else "NOT enough until replacements have loaded the model"))
         risk = (f"spot capacity can be reclaimed at short notice (latency rises while replacements start and load "
