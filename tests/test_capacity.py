@@ -551,3 +551,18 @@ def test_on_the_real_vllm_the_capacity_per_mix_stays_within_what_the_replica_hel
     long_mix = next(x for x in w.mixes if x.lo <= fa["prompt_tokens_per_second"] / fa["generation_tokens_per_second"]
                     < x.hi)
     assert m.sustainable.tokens_per_second / long_output > 1.1 * long_mix.held_qps
+
+
+def test_gpu_utilization_and_tokens_per_joule_over_the_range(slo):
+    # the user's elastic-scaling figure: a replica whose GPU ran at 30 % for 20 minutes, then 65 % for
+    # 40; it drew 300 W then 500 W while making 100 then 200 output tokens/s
+    ph = [Phase(1200, 1, 0.3, gpu_utilization=0.30, power_watts=300),
+          Phase(2400, 2, 0.3, gpu_utilization=0.65, power_watts=500)]
+    m = _model(slo, {"p0": ph})
+    # minute 5 to 60: avg_over_time over the whole range, 15 s scrapes: 221 samples at 300 s ... 3600 s,
+    # 61 at 0.30 (up to 1200 s: a scrape reports the phase of the 15 s before it), 160 at 0.65
+    assert m.gpu_utilization == pytest.approx((61 * 0.30 + 160 * 0.65) / 221, abs=1e-9)
+    # tokens per joule: (900 s x 100 + 2400 s x 200) / (900 s x 300 + 2400 s x 500)
+    assert m.tokens_per_joule == pytest.approx((900 * 100 + 2400 * 200) / (900 * 300 + 2400 * 500), rel=1e-6)
+    md = rep.markdown(_report(slo, {"p0": ph}, 3600))
+    assert "| GPU utilization, mean | 55% |" in md and "| output tokens per joule | 0.388 |" in md

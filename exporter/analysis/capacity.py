@@ -260,6 +260,8 @@ class ModelCapacity:
     weighted: Optional[Weighted] = None
     output_only_capacity_qps: Optional[float] = None  # replicas x sustainable output / mean output (old unit)
     cost: Optional[costing.ModelCost] = None           # what the fleet costs, from the SLO's prices
+    gpu_utilization: Optional[float] = None            # mean over the range (the sidecars' NVML utilization)
+    tokens_per_joule: Optional[float] = None           # output tokens over the GPUs' energy, over the range
 
     @property
     def name(self) -> str:
@@ -340,6 +342,16 @@ def range_exprs(c: Ctx, range_ms: int) -> Dict[str, str]:
     # what the range served, for its cost per token and per request
     out["output_total"] = inc("vllm:generation_tokens_total")
     out["requests_total"] = inc("vllm:request_success_total")
+    # efficiency over the range, for the replicas serving at its end (the sidecar's GPU series carry
+    # no model_name: joined on the replica labels): mean GPU utilization (each replica's GPUs
+    # averaged, then the replicas), and output tokens per joule where the GPUs count energy
+    model_of = f"* on ({c.r}) group_left (model_name)\n  group by ({c.r}, model_name) (vllm:num_requests_running{s})"
+    energy = f"sum by ({c.r}) (increase(vllm_sidecar_gpu_energy_joules_total{s}[{r}]))"
+    out["gpu_utilization"] = (f"avg by ({svc}) (\n  avg by ({c.r}) (avg_over_time(vllm_sidecar_gpu_utilization_ratio{s}[{r}]))"
+                              f"\n  {model_of}\n)")
+    out["tokens_per_joule"] = (f"sum by ({svc}) (\n  sum by ({c.by}) (increase(vllm:generation_tokens_total{s}[{r}]))\n"
+                               f"  and on ({c.r})\n  ({energy} > 0)\n)\n/\n"
+                               f"(sum by ({svc}) (\n  {energy}\n  {model_of}\n) > 0)")
     # GPUs per replica as the sidecars count them (the most any replica of the model has)
     out["gpus_per_replica"] = (f"max by ({svc}) (\n  count by ({c.r}) (vllm_sidecar_gpu_info{s})\n"
                                f"  * on ({c.r}) group_left (model_name)\n"
@@ -802,5 +814,5 @@ def compute(store: Store, opts: Options) -> CapacityReport:
             replicas_now=replicas_now, sustainable=sus, capacity_tokens_per_second=cap_tok, capacity_qps=cap_qps,
             curve=curve(pts, objectives), points=pts, trend=tr, target=tg,
             rules_at_end={k: rules_end[k].get(m) for k in END_RULES}, weighted=wc, output_only_capacity_qps=old_qps,
-            cost=mc))
+            cost=mc, gpu_utilization=whole["gpu_utilization"].get(m), tokens_per_joule=whole["tokens_per_joule"].get(m)))
     return report

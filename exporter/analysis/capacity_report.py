@@ -165,6 +165,12 @@ def cost_rows(m: ModelCapacity) -> List[str]:
                f"a replica-hour over what one replica sustains in an hour at the range's mix |")
     out.append(f"| per thousand requests, at the sustainable load | {_money(c.per_thousand_requests_sustainable, cur)} | "
                f"the same over requests |")
+    if m.gpu_utilization is not None:
+        out.append(f"| GPU utilization, mean | {_pct(m.gpu_utilization)} | the sidecars' NVML utilization over the range, "
+                   f"each replica's GPUs then the replicas (busy GPUs of what is paid for) |")
+    if m.tokens_per_joule is not None:
+        out.append(f"| output tokens per joule | {_n(m.tokens_per_joule)} | output tokens over the GPUs' energy "
+                   f"(NVML's counter) in the range, replicas whose GPUs count it |")
     sp = c.spot
     if sp is not None:
         out.append(f"| {sp.share:.0%} of the needed replicas on spot | saves {_money(sp.saving, cur)} a month "
@@ -278,6 +284,7 @@ def to_dict(r: CapacityReport) -> Dict[str, Any]:
                          "output_only_qps": m.output_only_capacity_qps},
             "weighted": None if m.weighted is None else weighted_dict(m.weighted),
             "cost": None if m.cost is None else cost_dict(m.cost),
+            "gpu_utilization": m.gpu_utilization, "tokens_per_joule": m.tokens_per_joule,
             "target": None if tg is None else {
                 "qps": tg.qps, "source": tg.source, "replicas_now": tg.replicas_now,
                 "replicas_needed": tg.replicas_needed, "capacity_qps": tg.capacity_qps, "margin": tg.margin,
