@@ -4,6 +4,7 @@ Prometheus stored, as test fixtures for replay, backtest and the alert pack.
 
     .venv/bin/python scripts/record_vllm.py long-prompt-flood      # ~23 min
     .venv/bin/python scripts/record_vllm.py busy-healthy           # ~17 min
+    .venv/bin/python scripts/record_vllm.py mix-change             # ~13 min (the capacity model's mix change)
     .venv/bin/python scripts/record_vllm.py probe --rate 1.5 --duration 120 [--url http://127.0.0.1:8000]
     .venv/bin/python scripts/record_vllm.py lora --duration 40     # tests/fixtures/vllm/lora_*.txt, ~3 min
     .venv/bin/python scripts/record_vllm.py bench                  # tests/fixtures/bench/*.json, ~8 min
