@@ -4,6 +4,7 @@ Prometheus stored, as test fixtures for replay, backtest and the alert pack.
 
     .venv/bin/python scripts/record_vllm.py long-prompt-flood      # ~23 min
     .venv/bin/python scripts/record_vllm.py busy-healthy           # ~17 min
+    .venv/bin/python scripts/record_vllm.py mix-change             # ~13 min (the capacity model's mix change)
     .venv/bin/python scripts/record_vllm.py probe --rate 1.5 --duration 120 [--url http://127.0.0.1:8000]
     .venv/bin/python scripts/record_vllm.py lora --duration 40     # tests/fixtures/vllm/lora_*.txt, ~3 min
     .venv/bin/python scripts/record_vllm.py bench                  # tests/fixtures/bench/*.json, ~8 min
@@ -104,6 +105,11 @@ CHAT = {"cls": "chat", "prompt": [100, 500], "output": [50, 200], "stream_share"
 # with no request waiting (at 6, up to 15 running); 2.5 leaves room for the machine's other work.
 CHAT_RATE = 2.5
 
+# Closed-loop chat clients for `mix-change`: more of them than vLLM's 16 batch slots, so the
+# replica always has requests waiting (it runs at its limit) without the KV cache filling.
+MIX_CHAT = {"cls": "chat", "workers": 20, "prompt": [100, 500], "output": [100, 300], "think": 0.1,
+            "stream_share": 0.5, "system_prefix": 64}
+
 SCENARIOS = {
     "long-prompt-flood": {
         "server": PRESSURE_FLAGS,
@@ -144,6 +150,28 @@ SCENARIOS = {
             "4,000-5,000-token prompt about every 90 s. KV usage is high "
             "at times, the server keeps up: no sustained capacity waits, few or no preemptions, TTFT p95 "
             "far under the 3 s SLO. The alert pack must page nothing on it."),
+    },
+    "mix-change": {
+        # a replica held at its limit by closed-loop clients while the prompt mix changes: what
+        # one replica sustains per mix, for the capacity model (issue 22). The KV cache is twice
+        # the pressure server's so that the long prompts cost compute, not preemptions.
+        "server": [f if f != "300" else "600" for f in PRESSURE_FLAGS],
+        "phases": [
+            {"name": "normal", "duration": 240, "closed": [MIX_CHAT]},
+            {"name": "long", "duration": 240,
+             "closed": [dict(MIX_CHAT, workers=15),
+                        {"cls": "long", "workers": 3, "prompt": [3000, 4000], "output": [50, 150],
+                         "think": 0.1, "stream_share": 0.0, "system_prefix": 0}]},
+            {"name": "normal-again", "duration": 240, "closed": [MIX_CHAT]},
+        ],
+        "onset_phase": "long",
+        "expect": (
+            "One replica kept at its limit throughout (more closed-loop clients than the 16 batch slots, so "
+            "requests always wait) while the prompt mix changes. `normal`: 20 chat clients, 100-500-token "
+            "prompts, 100-300-token answers. `long`: 15 chat clients beside 3 clients sending 3,000-4,000-token "
+            "prompts with short answers: prefill takes a large share of the engine, so the output tokens/s "
+            "fall while the prompt tokens/s rise. `normal-again`: the chat clients alone as in `normal`. "
+            "The capacity model must give, per mix, a figure within what the replica held in that phase."),
     },
     "busy-overloaded": {
         # busy-healthy's first settings: a little more traffic than the box could carry. Kept as the
@@ -205,6 +233,17 @@ NOTES = {
         "box although vLLM was healthy; no Prometheus scrape caught the sidecar with vLLM down.",
         "VLLMPrefixCacheHitRatioLow (info, `for: 30m`) stays pending: the chat prompts share only a 64-token "
         "system prompt.",
+    ],
+    "mix-change": [
+        "Recorded for the capacity model (issue 22) with the lock on the real vLLM held, on a box far busier "
+        "than the other recordings': load average 16-22, two other CPU vLLM servers already running when it "
+        "started. Throughput moved with the machine, not only with the mix (output tokens/s 23 to 493 within "
+        "`normal` on 1-minute windows); TTFT p95 was 6-7 s in every phase (the queue of the clients beyond "
+        "the 16 batch slots), so the default objectives are missed throughout.",
+        "At its limit the replica made 360 and 403 output tokens/s on chat (`normal`, `normal-again`: 575 and "
+        "642 prompt tokens/s) and 227 with the long prompts (1,375 prompt tokens/s): output tokens/s alone "
+        "fall by 40 % where prefill takes the engine. `capacity` fits the prefill weight from the best "
+        "saturated step of each mix: about 0.18 output tokens per prompt token (tests/test_capacity.py).",
     ],
     "busy-overloaded": [
         "Recorded as the first `busy-healthy` attempt with these settings (then the only busy-healthy "

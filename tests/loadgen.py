@@ -27,6 +27,9 @@ class Phase:
     output_tokens: float = 100  # every request's output length
     prefix_hit_ratio: float = 0.5
     spec_accepted_ratio: float = 0.0  # 0: no speculative decoding series at all
+    waiting: float = 0.0        # requests waiting (vllm:num_requests_waiting; only when a phase has some)
+    gpu_utilization: float = 0.0  # the sidecar's GPU series (one GPU), only when a phase has a utilization:
+    power_watts: float = 0.0      # vllm_sidecar_gpu_utilization_ratio and the energy counter (joules)
 
     @property
     def tokens_per_second(self) -> float:
@@ -91,7 +94,18 @@ def samples(phases: Sequence[Phase], labels: Dict[str, str], start: float, scrap
                 cnt.add(key, 0.0)
         t = start + k * scrape
         yield ("vllm:num_requests_running", lab, 1.0, t)
+        if any(p.waiting for p in phases):
+            yield ("vllm:num_requests_waiting", lab, float(steps[max(k - 1, 0)].waiting), t)
+        if any(p.gpu_utilization for p in phases):
+            if k:
+                cnt.add("energy|", steps[k - 1].power_watts * scrape)
+            gpu = ",".join(f'{x}="{v}"' for x, v in sorted(labels.items()) if x != "model_name") + ',gpu="0",uuid="GPU-0"'
+            yield ("vllm_sidecar_gpu_info", gpu + ',name="H100",driver_version="550"', 1.0, t)
+            yield ("vllm_sidecar_gpu_utilization_ratio", gpu, float(steps[max(k - 1, 0)].gpu_utilization), t)
+            yield ("vllm_sidecar_gpu_energy_joules_total", gpu, cnt.c.get("energy|", 0.0), t)
         for key, v in cnt.c.items():
+            if key == "energy|":
+                continue
             name, extra = key.split("|")
             yield (name, ",".join(x for x in (lab, extra) if x), v, t)
 

@@ -234,6 +234,94 @@ def test_daily_peaks_make_a_trend(slo):
     assert t.crosses_at_ms == pytest.approx((START_S + 4 * 86400) * 1000, abs=60_000)
 
 
+# -- a capacity unit that survives a change of load mix (issue 22) ----------------------------------------
+
+def test_the_prefill_weight_by_hand():
+    # at its limit a replica makes 1000 weighted tokens/s with w = 0.25: chat (prompt 1500 tokens/s)
+    # leaves 1000 - 375 = 625 output tokens/s, the flood (prompt 3636.4) 90.9
+    p = np.array([1500.0, 1500.0, 1500.0, 3636.4, 3636.4, 3636.4, 100.0])
+    g = 1000 - 0.25 * p
+    sat = np.array([True] * 6 + [False])  # the last step is not saturated: left out of the fit
+    g[-1] = 50.0
+    w = cap.fit_prefill_weight(p, g, sat, fallback=0.1)
+    assert (w.source, w.saturated_steps) == ("fitted", 6)
+    assert w.weight == pytest.approx(0.25) and w.level == pytest.approx(1000)
+    # one mix only, too few steps, a slope that is not negative: the SLO's weight, with the reason
+    one = cap.fit_prefill_weight(np.full(8, 1333.0), np.full(8, 666.0), np.ones(8, bool), fallback=0.1)
+    assert (one.source, one.weight) == ("slo", 0.1) and "one mix" in one.note
+    few = cap.fit_prefill_weight(p[:3], g[:3], sat[:3], fallback=0.1)
+    assert few.source == "slo" and "3 saturated" in few.note
+    up = cap.fit_prefill_weight(p[:6], np.array([200.0] * 3 + [300.0] * 3), sat[:6], fallback=0.1)
+    assert up.source == "slo" and "do not fall" in up.note
+    # noise only lowers a step: a slow step below the line does not move it
+    noisy = g.copy()
+    noisy[1] = 500.0  # 3 prompt tokens per output token: the same mix band as 2.4
+    assert cap.fit_prefill_weight(p, noisy, sat, fallback=0.1).weight == pytest.approx(0.25)
+
+
+def test_sustained_level_is_the_rules_min_over_the_window():
+    u = np.array([np.nan, 5, 6, 7, 8, 9, 9, 9], dtype=float)
+    within = np.array([False, True, True, True, False, True, True, True])
+    lvl = cap.sustained_level(u, within, 2)
+    # a window of 2 steps needs the replica present 3 steps (the rule's offset); a missed step counts 0
+    assert np.isnan(lvl[:3]).all()
+    assert list(lvl[3:]) == [6, 0, 0, 9, 9]
+
+
+# The issue's recording in miniature, worked by hand. One replica sustains 1000 weighted tokens/s at
+# w = 0.25, always at its limit (2 requests waiting). Chat (prompt 400, output 200: 300 weighted tokens a
+# request): 3.333 req/s, 666.7 output tokens/s, but a TTFT blip every 4 minutes, so no 4-minute stretch is
+# within every objective. Flood (prompt 4000, output 100: 1100 a request): 0.909 req/s, 90.9 output
+# tokens/s, within every objective throughout: the only sustained stretch.
+CHAT_OK = Phase(180, 1000 / 300, 0.3, prompt_tokens=400, output_tokens=200, waiting=2)
+CHAT_BLIP = Phase(60, 1000 / 300, 4.0, prompt_tokens=400, output_tokens=200, waiting=2)
+FLOOD = Phase(1200, 1000 / 1100, 0.8, prompt_tokens=4000, output_tokens=100, waiting=2)
+MIXED = [CHAT_OK, CHAT_BLIP] * 5 + [FLOOD]
+
+
+def test_a_prefill_heavy_stretch_does_not_make_chat_need_more_replicas(slo):
+    m = _model(slo, {"p0": MIXED}, end_s=2400, target_qps=3)
+    # the old unit: the flood's 90.9 output tokens/s; the range (minute 5 to 40: 900 s of chat, 1200 of
+    # flood) has 3000 chat and 1090.9 flood requests, 173.33 output tokens on average
+    # ((3000 x 200 + 1090.9 x 100) / 4090.9), so 3 req/s "needed" 3 x 173.33 / 90.91 = 5.72 -> 6 replicas
+    # for a load one replica served
+    assert m.sustainable.tokens_per_second == pytest.approx(1000 / 11, rel=1e-6)
+    assert m.output_tokens.mean == pytest.approx(173.333, abs=1e-3)
+    assert 3 * m.output_tokens.mean / m.sustainable.tokens_per_second == pytest.approx(5.72, abs=1e-3)
+    w = m.weighted
+    assert w.weight.source == "fitted" and w.weight.weight == pytest.approx(0.25)
+    assert w.weight.level == pytest.approx(1000)
+    assert w.tokens_per_second == pytest.approx(1000)
+    # per mix: chat 3.333 req/s (what the replica held), the flood 0.909
+    chat, flood = w.mixes
+    assert (chat.lo, chat.hi, flood.lo, flood.hi) == (2, 4, 32, 64)   # 2 and 40 prompt tokens per output token
+    assert chat.capacity_qps == pytest.approx(1000 / 300) and chat.held_qps == pytest.approx(1000 / 300)
+    assert chat.capacity_tokens_per_second == pytest.approx(2000 / 3) and chat.replicas_needed == 1
+    assert flood.capacity_qps == pytest.approx(1000 / 1100) and flood.held_qps == pytest.approx(1000 / 1100)
+    # the range's mix: prompt 1360 ((3000 x 400 + 1090.9 x 4000) / 4090.9), output 173.33: 0.25 x 1360 +
+    # 173.33 = 513.33 weighted tokens a request; 3 req/s of it = 1540 weighted tokens/s -> 2 replicas
+    # (one held 1000): more than one, because the range's mix is heavier than the chat one replica served
+    assert m.prompt_tokens.mean == pytest.approx(1360, abs=1e-3)
+    assert w.request_cost == pytest.approx(513.333, abs=1e-3)
+    assert m.target.replicas_needed == 2 and m.capacity_qps == pytest.approx(1000 / w.request_cost)
+    md = rep.markdown(_report(slo, {"p0": MIXED}, 2400, target_qps=3))
+    assert "weighted tokens/s = output tokens/s + 0.25 × prompt tokens/s" in md and "fitted" in md
+    assert "The load mix moved in the range" in md
+
+
+def _report(slo, replicas, end_s, **kw):
+    st = load_openmetrics(history(replicas, START_S).encode()).store
+    return cap.compute(st, cap.Options(slo, (START_S + 300) * 1000, (START_S + end_s) * 1000, 60_000, **kw))
+
+
+def test_without_saturation_the_slo_weight_is_used_and_said(slo):
+    m = _model(slo, {"p0": RAMP})
+    assert m.weighted.weight.source == "slo" and m.weighted.weight.weight == slo["capacity"]["prefill_weight"]
+    # one mix: the weighted capacity in req/s is the old one (200 output + 0.1 x 800 prompt per 140)
+    assert m.weighted.tokens_per_second == pytest.approx(200 + 0.1 * 800)
+    assert m.capacity_qps == pytest.approx(2.0) == m.output_only_capacity_qps
+
+
 def test_nothing_in_range_is_said(slo):
     st = load_openmetrics(history({"p0": RAMP}, START_S).encode()).store
     report = cap.compute(st, cap.Options(slo, (START_S + 300) * 1000, (START_S + 3600) * 1000, 60_000,
@@ -292,14 +380,22 @@ def ramp_file(tmp_path):
     return f, s
 
 
+def m_json_cost_ok(path) -> bool:
+    m = json.loads(path.read_text())["models"][0]
+    return m["weighted"]["prefill_weight"]["source"] == "slo" and m["cost"]["monthly_now"] == pytest.approx(4050)
+
+
 def test_cli_markdown_json_png(capsys, tmp_path, ramp_file):
     f, s = ramp_file
     rng = ["--start", str(START_S + 300), "--end", str(START_S + 3600)]
     rc, out, err = _cli(capsys, "--file", str(f), "--slo", str(s), *rng, "--json", str(tmp_path / "c.json"),
                         "--png", str(tmp_path / "c.png"), "--markdown", str(tmp_path / "c.md"))
     assert rc == 0, err
-    assert "| sustainable generation per replica | 200 tokens/s (namespace=llm, pod=p0" in out
-    assert "| replicas needed | 2 | ⌈3.6 req/s × 100 tokens / 200 tokens/s⌉ |" in out
+    assert "| sustainable output tokens per replica | 200 tokens/s (namespace=llm, pod=p0" in out
+    # weighted at the SLO's 0.1 (no saturation to fit from): 200 + 0.1 x 800 = 280 a replica, 0.1 x 400 + 100
+    # = 140 a request
+    assert "| replicas needed | 2 | ⌈3.6 req/s × 140 weighted tokens / 280 weighted tokens/s⌉ |" in out
+    assert m_json_cost_ok(tmp_path / "c.json")
     assert "NOT ENOUGH: capacity 2 req/s with 1 replica, -44% against the target; 1 replica short" in out
     assert (tmp_path / "c.md").read_text() == out
     doc = json.loads((tmp_path / "c.json").read_text())
@@ -341,3 +437,132 @@ def test_a_real_prometheus_gives_the_same_model_as_the_file(capsys, tmp_path, ra
         assert rc == 0, err
         assert json.loads(served) == json.loads(filed)
         assert json.loads(served)["models"][0]["sustainable"]["tokens_per_second"] == pytest.approx(200)
+
+
+# -- cost (issue 22): every figure worked by hand ---------------------------------------------------------
+
+from exporter.analysis import capacity_cost as costing  # noqa: E402
+
+
+def test_the_users_fleet_priced_by_hand():
+    # the SLO file's example: 8 x H100 reserved at 2.50 a GPU-hour, 4 replicas of 2 GPUs (TP2)
+    p = costing.prices(load_slo(None))
+    assert (p.fleet, p.gpus_per_replica, p.gpus_source, p.replica_hour, p.spot_replica_hour) == \
+        ("reserved", 2, "slo", 5.0, 3.2)
+    # each replica sustains 8 req/s (1,600 tokens/s at 200 output tokens); target 30 -> 4 replicas.
+    # 14 days at 20 req/s on average: 4 x 336 = 1,344 replica-hours, 6,720 USD, 4.8384e9 output tokens,
+    # 24,192,000 requests
+    secs = 14 * 86400
+    c = costing.model_cost(p, 4, 4, 4 * 14 * 24, 20 * 200 * secs, 20 * secs, 8.0, 200, 30)
+    # a month: 4 x 5.00 x 730 + 400 storage = 15,000 against 16,000: within, 6.7 % to spare
+    assert c.monthly_now == pytest.approx(15_000) and c.monthly_needed == pytest.approx(15_000)
+    assert c.within_budget is True and c.budget_margin == pytest.approx(16_000 / 15_000 - 1)
+    # observed: 6,720 / 4,838.4 million tokens = 1.389; 6,720 / 24,192 thousand requests = 0.2778
+    assert c.observed_cost == pytest.approx(6720)
+    assert c.per_million_output_observed == pytest.approx(6720 / 4838.4)
+    assert c.per_thousand_requests_observed == pytest.approx(6720 / 24192)
+    # sustainable: a replica-hour (5.00) over 8 x 200 x 3600 = 5.76 million tokens = 0.868; over 28,800
+    # requests = 0.1736 a thousand
+    assert c.per_million_output_sustainable == pytest.approx(5 / 5.76)
+    assert c.per_thousand_requests_sustainable == pytest.approx(5 / 28.8)
+    # 30 % on spot: 1.2 -> 2 replicas at 3.20: 2 x 5 x 730 + 2 x 3.2 x 730 + 400 = 12,372, saving 2,628
+    # (17.5 %); with both reclaimed the other 2 sustain 16 req/s, under the target 30
+    s = c.spot
+    assert (s.replicas, s.monthly, s.saving) == (2, pytest.approx(12_372), pytest.approx(2_628))
+    assert s.saving_share == pytest.approx(2628 / 15000)
+    assert s.capacity_left_qps == pytest.approx(16) and s.enough_without_spot is False
+    assert "reclaimed" in s.risk and "NOT enough" in s.risk
+
+
+def test_cost_over_budget_and_per_replica_prices(tmp_path):
+    f = tmp_path / "slo.yaml"
+    f.write_text("cost: {unit: replica_hour, prices: {reserved: 10, on_demand: 20, spot: 6}, fleet: on_demand,\n"
+                 "       monthly_fixed: 0, monthly_budget: 50000, spot_share: 0.5}\n")
+    p = costing.prices(load_slo(str(f)), gpus_seen=8)  # GPU counts do not matter per replica-hour
+    assert (p.replica_hour, p.spot_replica_hour, p.gpus_per_replica) == (20, 6, None)
+    # 5 replicas needed: 5 x 20 x 730 = 73,000 > 50,000, over by 23,000; half on spot: 3 of 5 at 6:
+    # 2 x 20 x 730 + 3 x 6 x 730 = 42,340, saving 30,660
+    c = costing.model_cost(p, 3, 5, 0, None, None, 2.0, 100, 9)
+    assert c.monthly_now == pytest.approx(43_800) and c.monthly_needed == pytest.approx(73_000)
+    assert c.within_budget is False and c.per_million_output_observed is None
+    assert c.spot.replicas == 3 and c.spot.saving == pytest.approx(30_660)
+    assert c.spot.capacity_left_qps == pytest.approx(4) and c.spot.enough_without_spot is False
+    # the sidecars' GPU count wins over cost.gpus_per_replica for GPU-hour prices
+    assert costing.prices(load_slo(None), gpus_seen=4).replica_hour == pytest.approx(10)
+
+
+def test_the_report_prices_the_model(slo):
+    m = _model(slo, {"p0": RAMP}, target_qps=3)
+    c = m.cost
+    # one replica at 5.00 an hour: 3,650 + 400 a month; 2 needed for 3 req/s (2 each): 7,700
+    assert c.monthly_now == pytest.approx(4050) and c.replicas_needed == 2 and c.monthly_needed == pytest.approx(7700)
+    # minute 5 to 60 evaluated every minute: 56 replica-steps = 0.9333 replica-hours
+    assert c.observed_hours == pytest.approx(56 / 60)
+    # at the sustainable load: 2 req/s x 100 tokens = 720,000 tokens an hour for 5.00
+    assert c.per_million_output_sustainable == pytest.approx(5 / 0.72)
+    md = rep.markdown(_report(slo, {"p0": RAMP}, 3600, target_qps=3))
+    assert "| fleet now, a month | 4,050 USD |" in md and "within the budget of 16,000 USD" in md
+
+
+# -- on a recording of the real CPU vLLM (issue 22.4) ------------------------------------------------------
+
+MIX_CHANGE = "mix-change"
+# objectives a 2-core CPU server shared with other work meets (the default ones it never does: TTFT p95
+# was 6-7 s in every phase), a 1m rate window for phases of 4 minutes (5 s scrapes: 12 a window)
+BOX_SLO = ("windows: {rate: 1m}\nobjectives: {ttft_p95_seconds: 15, ttft_mean_seconds: 5, output_tokens_per_second: 5}\n"
+           "capacity: {sustain: 2m}\n")
+
+
+def test_on_the_real_vllm_the_capacity_per_mix_stays_within_what_the_replica_held(tmp_path):
+    from test_recordings import RECORDINGS, meta
+
+    m_meta = meta(MIX_CHANGE)
+    f = tmp_path / "slo.yaml"
+    f.write_text(BOX_SLO)
+    slo = load_slo(str(f))
+    st = load_openmetrics(__import__("gzip").open(RECORDINGS / MIX_CHANGE / "prometheus.om.gz").read()).store
+    first, last = st.time_range()
+    report = cap.compute(st, cap.Options(slo, first, last, 15_000))
+    m = report.models[0]
+    w = m.weighted
+    # the replica ran at its limit throughout (closed-loop clients beyond its 16 batch slots): the weight
+    # is fitted from its own saturated steps, a prompt token costing a fraction of an output token
+    assert w.weight.source == "fitted", w.weight.note
+    assert 0.05 < w.weight.weight < 0.6
+    assert len(w.mixes) >= 2  # the mix moved: both the chat and the long-prompt mix are shown
+    for name in ("normal", "long", "normal-again"):
+        fa = m_meta["facts"][name]
+        qps = fa["finished_requests_per_second"]
+        prompt, output = fa["prompt_tokens_per_second"] / qps, fa["generation_tokens_per_second"] / qps
+        per_replica = w.tokens_per_second / (w.weight.weight * prompt + output)
+        band = int(cap.mix_band(np.array([fa["prompt_tokens_per_second"]]),
+                                np.array([fa["generation_tokens_per_second"]]))[0])
+        mix = next(x for x in w.mixes if x.lo == 2.0 ** band)
+        # at the phase's own mix: no more than the replica was seen holding at that mix (rate window),
+        # and not far under what it held on average over the phase
+        assert per_replica <= 1.1 * mix.held_qps, (name, per_replica, mix)
+        assert per_replica >= 0.6 * qps, (name, per_replica, qps)
+        # a load one replica served over a whole phase needs at most two (one, within the noise of a
+        # shared machine: the sustained figure is the lowest level of its best sustain window)
+        assert math.ceil(qps / per_replica - 1e-9) <= 2
+    # output tokens alone (the old unit) claim more than the replica ever held at the long-prompt mix
+    fa = m_meta["facts"]["long"]
+    long_output = fa["generation_tokens_per_second"] / fa["finished_requests_per_second"]
+    long_mix = next(x for x in w.mixes if x.lo <= fa["prompt_tokens_per_second"] / fa["generation_tokens_per_second"]
+                    < x.hi)
+    assert m.sustainable.tokens_per_second / long_output > 1.1 * long_mix.held_qps
+
+
+def test_gpu_utilization_and_tokens_per_joule_over_the_range(slo):
+    # the user's elastic-scaling figure: a replica whose GPU ran at 30 % for 20 minutes, then 65 % for
+    # 40; it drew 300 W then 500 W while making 100 then 200 output tokens/s
+    ph = [Phase(1200, 1, 0.3, gpu_utilization=0.30, power_watts=300),
+          Phase(2400, 2, 0.3, gpu_utilization=0.65, power_watts=500)]
+    m = _model(slo, {"p0": ph})
+    # minute 5 to 60: avg_over_time over the whole range, 15 s scrapes: 221 samples at 300 s ... 3600 s,
+    # 61 at 0.30 (up to 1200 s: a scrape reports the phase of the 15 s before it), 160 at 0.65
+    assert m.gpu_utilization == pytest.approx((61 * 0.30 + 160 * 0.65) / 221, abs=1e-9)
+    # tokens per joule: (900 s x 100 + 2400 s x 200) / (900 s x 300 + 2400 s x 500)
+    assert m.tokens_per_joule == pytest.approx((900 * 100 + 2400 * 200) / (900 * 300 + 2400 * 500), rel=1e-6)
+    md = rep.markdown(_report(slo, {"p0": ph}, 3600))
+    assert "| GPU utilization, mean | 55% |" in md and "| output tokens per joule | 0.388 |" in md

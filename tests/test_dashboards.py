@@ -163,6 +163,7 @@ def test_every_panel_gets_data_from_a_real_prometheus(tmp_path):
     for g in gpus:
         g.utilization_percent = 97
         g.clock_event_reasons = 0x4  # sw power cap: something to show in the throttle panel
+        g.energy_from_power = True   # the energy counter rises with the power drawn: tokens per joule
     sidecar = SidecarThread({"vllm_url": vllm.url, "poll_interval": 0.5, "window": 10, "gpu": "nvml",
                                                          "stall_seconds": 5}, nvml=nv)
     labels = {"namespace": "llm", "pod": "vllm-0"}
@@ -263,11 +264,12 @@ prefix_cache: {min_hit_ratio: 0.42}
 error_ratio: {max: 0.035}
 outlier: {throughput_factor: 0.6, ttft_factor: 2.5, min_replicas: 4}
 dashboards: {cluster_label: k8s_cluster}
+cost: {prices: {reserved: 3.25}, gpus_per_replica: 4, hours_per_month: 720, monthly_fixed: 250}
 """
 
 # The defaults those keys replace, as the dashboards would print them (thresholds, text, queries).
 DEFAULT_WINDOWS = ("5m", "2m")
-DEFAULT_NUMBERS = {1.5, 3.0, 30.0, 1 / 30.0, 0.999, 0.001, 0.9, 0.95, 4000.0, 0.05, 0.3, 0.5, 2.0}
+DEFAULT_NUMBERS = {1.5, 3.0, 30.0, 1 / 30.0, 0.999, 0.001, 0.9, 0.95, 4000.0, 0.05, 0.3, 0.5, 2.0, 730.0, 400.0}
 # Fixed constants of the dashboards that are not SLO values, and where they may appear: the burn-rate
 # multiples and windows of VLLMErrorBudgetBurn, the error-budget stat's colour steps, the GPU
 # temperature lines, the median (quantile 0.5) of the peer comparison.

@@ -157,3 +157,43 @@ def test_uncorrected_ecc_unsupported_keeps_corrected_counted():
         assert st.gpus[0].ecc_corrected_total == expected
         assert st.gpus[0].ecc_uncorrected_total is None
         gpus[0].ecc_corrected = 7
+
+
+def test_energy_counter_where_the_gpu_has_one_and_its_errors():
+    # NVML's total energy (millijoules) -> vllm_sidecar_gpu_energy_joules_total; a pre-Volta GPU raises
+    # NotSupported: left out for that GPU only, for good, not an error; any other NVML error fails that
+    # GPU's read and is counted, like every other NVML read
+    g = make_gpus(3)
+    g[0].energy_mj = 5_000_000
+    g[1].unsupported = {"nvmlDeviceGetTotalEnergyConsumption"}
+    g[2].errors = {"nvmlDeviceGetTotalEnergyConsumption": pynvml.NVML_ERROR_UNKNOWN}
+    nv = FakeNvml(g)
+    src = NvmlSource(nv)
+    st = src.read()
+    assert [r.index for r in st.gpus] == [0, 1]
+    assert st.gpus[0].energy_joules_total == pytest.approx(5000) and st.gpus[1].energy_joules_total is None
+    assert st.gpus[1].power_watts is not None  # the rest of GPU 1 still reads
+    assert [reason for reason, _ in st.errors] == ["nvml"] and "GPU 2" in st.errors[0][1]
+    f = fams(st)
+    energy = {dict(k[1])["gpu"]: v for k, v in f.items() if k[0] == "vllm_sidecar_gpu_energy_joules_total"}
+    assert energy == {"0": pytest.approx(5000)}
+    asked = nv.calls["nvmlDeviceGetTotalEnergyConsumption"]
+    g[2].errors = {}
+    st = src.read()
+    assert [r.index for r in st.gpus] == [0, 1, 2] and not st.errors  # tried again, reads again
+    assert nv.calls["nvmlDeviceGetTotalEnergyConsumption"] == asked + 2  # GPU 1 not asked again
+
+
+def test_the_stand_ins_energy_counter_follows_the_power_drawn():
+    g = make_gpus(1)
+    g[0].power_mw, g[0].energy_from_power = 400_000, True
+    nv = FakeNvml(g)
+    nv.nvmlInit()
+    h = nv.nvmlDeviceGetHandleByIndex(0)
+    first = nv.nvmlDeviceGetTotalEnergyConsumption(h)
+    import time
+
+    time.sleep(0.05)
+    later = nv.nvmlDeviceGetTotalEnergyConsumption(h)
+    assert later > first  # 400 W for at least 50 ms: at least 20,000 mJ
+    assert later - first >= 400_000 * 0.05 - 1

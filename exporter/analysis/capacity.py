@@ -12,9 +12,22 @@ From the raw vLLM series over a range (two weeks by default) and the SLO file, p
   so the report and the dashboard's headroom panel give the same number for the same data;
   beside it, the load-latency curve it is read from (every replica at every step: tokens/s
   against each latency), binned;
+- what one replica sustains in a unit that survives a change of load mix: weighted tokens/s,
+  ``output tokens/s + w x prompt tokens/s``, where ``w`` (what one prompt token costs in output
+  tokens) is fitted from the replica's own history at saturation (steps where requests waited
+  in ``capacity.saturated_share`` of the rate window: the replica ran at its limit, so
+  ``output + w x prompt`` is the same constant whatever the mix; output against prompt tokens/s
+  through the best saturated step of each mix is a line of slope ``-w``), or taken from
+  ``capacity.prefill_weight`` when the history cannot tell (no saturated steps, one mix only, a
+  line that does not fall); the report says which. The highest weighted level held for ``capacity.sustain`` within every
+  objective is the replica's capacity; a request of the observed mix costs
+  ``w x mean prompt + mean output``, so the capacity in requests/s follows for any mix, and is
+  shown per load mix (steps grouped by prompt tokens per output token, in bands of a factor of 2)
+  when the mix moved in the range. Output tokens/s alone are not a capacity when prompt lengths
+  change: a prefill-heavy stretch makes few output tokens at full load;
 - for a target rate (given, or the peak plus ``capacity.headroom``): replicas needed
-  (``target x mean output tokens / sustainable tokens/s``, rounded up), whether the replicas
-  serving now are enough and by how much;
+  (``target x (w x mean prompt + mean output) / sustainable weighted tokens/s``, rounded up),
+  whether the replicas serving now are enough and by how much;
 - the trend of the periodic (daily) peaks: a least-squares line with the slope's confidence
   interval; "no trend" when that interval contains zero; otherwise when the line reaches the
   current capacity, with Fieller's interval for that date.
@@ -35,6 +48,8 @@ from ..pack.context import Ctx
 from ..pack.names import model_labels
 from ..pack.recording import capacity as capacity_family
 from ..pack.recording import capacity_names, recording_rules
+from ..slo import seconds
+from . import capacity_cost as costing
 from .promql.ast import VectorSelector, walk
 from .promql.durations import format_duration
 from .promql.engine import DEFAULT_LOOKBACK_MS, Evaluator
@@ -52,6 +67,9 @@ CURVE_BINS = 12
 LIMIT_NEAR = 0.9       # an objective missed at >= 90% of the sustainable load: the limit was reached
 MIN_COVERAGE = 0.9     # a trend period counts when samples cover at least 90% of its steps
 MIN_PERIODS = 3        # a fit with an uncertainty needs three periods
+MIN_FIT_STEPS = 6      # the prefill weight is fitted from at least this many saturated steps ...
+MIN_FIT_SPREAD = 1.5   # ... whose prompt tokens/s differ by at least this factor (two mixes, not one)
+MIX_BAND = 2.0         # load mixes: prompt tokens per output token in bands of this factor
 
 
 class CapacityError(ValueError):
@@ -173,6 +191,54 @@ class Target:
     enough: Optional[bool]            # None: unknown (no sustainable figure)
 
 
+@dataclass(frozen=True)
+class PrefillWeight:
+    """What one prompt token costs in output tokens, and where that number comes from."""
+
+    weight: float
+    source: str                        # "fitted": from saturated steps; "slo": capacity.prefill_weight
+    saturated_steps: int               # replica-steps at saturation in the range
+    level: Optional[float] = None      # fitted: the weighted tokens/s a replica makes at saturation
+    low: Optional[float] = None        # fitted: the weight's confidence interval
+    high: Optional[float] = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Mix:
+    """One load mix seen in the range: steps whose prompt tokens per output token fall in
+    [lo, hi), what a replica held there, and what it sustains at that mix."""
+
+    lo: float
+    hi: float
+    steps: int                         # replica-steps with traffic
+    first_ms: int
+    last_ms: int
+    prompt_tokens: float               # mean per request in the mix
+    output_tokens: float
+    held_qps: float                    # the highest a replica held there (rate window)
+    held_tokens_per_second: float      # output tokens/s, the highest a replica held there
+    saturated_share: float             # share of its steps saturated (requests waited in most of the rate window)
+    within_share: float                # share of its steps within every objective
+    capacity_qps: Optional[float]      # what one replica sustains at this mix within every objective
+    capacity_tokens_per_second: Optional[float]
+    replicas_needed: Optional[int]     # for the target, were all of it this mix
+
+
+@dataclass(frozen=True)
+class Weighted:
+    """The capacity in weighted tokens/s (output + weight x prompt)."""
+
+    weight: PrefillWeight
+    tokens_per_second: Optional[float]  # sustainable per replica; None: never within the objectives
+    at_ms: Optional[int]
+    replica: Dict[str, str]
+    bound: str                           # as Sustainable.bound
+    missed_near_limit: int
+    request_cost: Optional[float]        # weight x mean prompt + mean output of the range's mix
+    mixes: List[Mix]
+
+
 @dataclass
 class ModelCapacity:
     labels: Dict[str, str]
@@ -191,6 +257,11 @@ class ModelCapacity:
     trend: Trend
     target: Optional[Target]
     rules_at_end: Dict[str, Optional[float]] = field(default_factory=dict)
+    weighted: Optional[Weighted] = None
+    output_only_capacity_qps: Optional[float] = None  # replicas x sustainable output / mean output (old unit)
+    cost: Optional[costing.ModelCost] = None           # what the fleet costs, from the SLO's prices
+    gpu_utilization: Optional[float] = None            # mean over the range (the sidecars' NVML utilization)
+    tokens_per_joule: Optional[float] = None           # output tokens over the GPUs' energy, over the range
 
     @property
     def name(self) -> str:
@@ -228,7 +299,8 @@ def rule_groups(c: Ctx) -> Tuple[List[Group], Dict[str, str]]:
     once, at the end, by ``rules_at_end``."""
     names = capacity_names(c)
     wanted = {names["within"], names["sustained"], names["sustained_best"], c.mrec("vllm_requests_finished", "rate"),
-              c.mrec("vllm_generation_tokens", "rate")}
+              c.mrec("vllm_generation_tokens", "rate"), c.rec("vllm_prompt_tokens", "rate"),
+              c.rec("vllm_requests_finished", "rate"), c.rec("vllm_requests_waiting", "sum")}
     at_end = {names[k] for k in ("sustainable", "peak", "capacity", "headroom")}
     rules = [r for r in recording_rules(c) if r.record not in at_end]
     by_name: Dict[str, List] = {}
@@ -267,6 +339,23 @@ def range_exprs(c: Ctx, range_ms: int) -> Dict[str, str]:
                                      f"{ratio('vllm:gpu_prefix_cache_hits_total', 'vllm:gpu_prefix_cache_queries_total')}\n)")
     out["spec_decode_acceptance"] = ratio("vllm:spec_decode_num_accepted_tokens_total",
                                           "vllm:spec_decode_num_draft_tokens_total")
+    # what the range served, for its cost per token and per request
+    out["output_total"] = inc("vllm:generation_tokens_total")
+    out["requests_total"] = inc("vllm:request_success_total")
+    # efficiency over the range, for the replicas serving at its end (the sidecar's GPU series carry
+    # no model_name: joined on the replica labels): mean GPU utilization (each replica's GPUs
+    # averaged, then the replicas), and output tokens per joule where the GPUs count energy
+    model_of = f"* on ({c.r}) group_left (model_name)\n  group by ({c.r}, model_name) (vllm:num_requests_running{s})"
+    energy = f"sum by ({c.r}) (increase(vllm_sidecar_gpu_energy_joules_total{s}[{r}]))"
+    out["gpu_utilization"] = (f"avg by ({svc}) (\n  avg by ({c.r}) (avg_over_time(vllm_sidecar_gpu_utilization_ratio{s}[{r}]))"
+                              f"\n  {model_of}\n)")
+    out["tokens_per_joule"] = (f"sum by ({svc}) (\n  sum by ({c.by}) (increase(vllm:generation_tokens_total{s}[{r}]))\n"
+                               f"  and on ({c.r})\n  ({energy} > 0)\n)\n/\n"
+                               f"(sum by ({svc}) (\n  {energy}\n  {model_of}\n) > 0)")
+    # GPUs per replica as the sidecars count them (the most any replica of the model has)
+    out["gpus_per_replica"] = (f"max by ({svc}) (\n  count by ({c.r}) (vllm_sidecar_gpu_info{s})\n"
+                               f"  * on ({c.r}) group_left (model_name)\n"
+                               f"  group by ({c.r}, model_name) (vllm:num_requests_running{s})\n)")
     return out
 
 
@@ -404,7 +493,9 @@ def sustainable(sustained: Vec, within: Vec, times: np.ndarray, points: Points) 
 
 def target(target_qps: Optional[float], peak_qps: Optional[Peak], headroom: float, replicas_now: int,
            per_replica: Optional[float], mean_output: Optional[float]) -> Optional[Target]:
-    """Replicas needed for the target rate and the verdict for the replicas serving now."""
+    """Replicas needed for the target rate and the verdict for the replicas serving now.
+    ``per_replica`` is what one replica sustains and ``mean_output`` what one request costs, in the
+    same unit (weighted tokens: ``w x mean prompt + mean output``; output tokens: the mean output)."""
     if target_qps is not None:
         qps, source = target_qps, "given"
     elif peak_qps is not None:
@@ -417,6 +508,134 @@ def target(target_qps: Optional[float], peak_qps: Optional[Peak], headroom: floa
     cap_qps = replicas_now * per_replica / mean_output
     margin = cap_qps / qps - 1 if qps > 0 else None
     return Target(qps, source, replicas_now, needed, cap_qps, margin, replicas_now >= needed)
+
+
+def fit_prefill_weight(prompt: np.ndarray, output: np.ndarray, saturated: np.ndarray, fallback: float,
+                       confidence: float = 0.95) -> PrefillWeight:
+    """The prefill weight from saturated steps: at its limit a replica makes ``C = output + w x prompt``
+    weighted tokens/s whatever the mix, so at saturation output tokens/s against prompt tokens/s lie
+    on a line of slope ``-w``. Whatever else happens on the machine (a noisy neighbour, a slow
+    scrape) only lowers a step below that line, so the line is drawn through the best saturated
+    step of each load mix (the highest output tokens/s in each band of ``mix_band``): through two
+    mixes exactly, through three or more by least squares (with the weight's confidence interval).
+    Needs ``MIN_FIT_STEPS`` saturated steps, two mixes whose prompt tokens/s are ``MIN_FIT_SPREAD``
+    apart, and a falling line; otherwise ``fallback`` (the SLO's ``capacity.prefill_weight``), with
+    the reason."""
+    ok = saturated & np.isfinite(prompt) & np.isfinite(output) & (output > 0) & (prompt >= 0)
+    n = int(ok.sum())
+
+    def slo(why: str) -> PrefillWeight:
+        return PrefillWeight(float(fallback), "slo", n, note=why)
+
+    if n < MIN_FIT_STEPS:
+        return slo(f"{n} saturated step(s) (requests waiting in capacity.saturated_share of the rate window); "
+                   f"a fit needs {MIN_FIT_STEPS}")
+    idx = np.nonzero(ok)[0]
+    bands = mix_band(prompt[idx], output[idx])
+    best = [idx[bands == b][int(np.argmax(output[idx[bands == b]]))] for b in np.unique(bands)]
+    x, y = prompt[best], output[best]
+    if len(best) < 2 or x.min() * MIN_FIT_SPREAD > x.max():
+        return slo(f"the saturated steps are one mix (prompt tokens/s {prompt[idx].min():.0f} to "
+                   f"{prompt[idx].max():.0f}); a fit needs two, {MIN_FIT_SPREAD:g}x apart")
+    order = np.argsort(x)
+    x, y = x[order], y[order]
+    lo = hi = None
+    if len(best) == 2:
+        slope = float((y[1] - y[0]) / (x[1] - x[0]))
+        level = float(y[0] - slope * x[0])
+    else:
+        fit = linear_fit(x.tolist(), y.tolist())
+        slope, level = fit.slope, fit.intercept
+        lo, hi = fit.slope_interval(confidence)
+    pts = ", ".join(f"{a:.0f} prompt → {b:.0f} output tokens/s" for a, b in zip(x, y))
+    if not slope < 0:
+        return slo(f"the best saturated steps of {len(best)} mixes ({pts}) do not fall: slope {slope:+.3g}")
+    return PrefillWeight(-slope, "fitted", n, level=level, low=None if hi is None else -hi,
+                         high=None if lo is None else -lo,
+                         note=f"through the best saturated step of each of {len(best)} mixes ({pts}), "
+                              f"{n} saturated steps")
+
+
+def sustained_level(u: np.ndarray, within: np.ndarray, window_steps: int) -> np.ndarray:
+    """Per step, the lowest of ``u`` over the last ``window_steps`` steps when every objective held
+    at each (0 where one did not), where the replica was there for the whole window and one step
+    before it (NaN otherwise): the ``sustained`` recording rule, on the evaluation grid."""
+    n = len(u)
+    out = np.full(n, np.nan)
+    k = max(int(window_steps), 1)
+    present = np.isfinite(u)
+    level = np.where(within & present, u, 0.0)
+    for j in range(k, n):
+        if present[j - k:j + 1].all():
+            out[j] = level[j - k + 1:j + 1].min()
+    return out
+
+
+def mix_band(prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
+    """The load mix of each step: the band of prompt tokens per output token (``MIX_BAND`` apart,
+    anchored at 1: ... [0.5, 1) [1, 2) [2, 4) ...), as an integer; a large negative number for
+    steps without prompt tokens."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = prompt / output
+        b = np.floor(np.log(r) / math.log(MIX_BAND))
+    return np.where(np.isfinite(b), b, -10_000).astype(np.int64)
+
+
+def load_mixes(times: np.ndarray, prompt: np.ndarray, output: np.ndarray, qps: np.ndarray, saturated: np.ndarray,
+               within: np.ndarray, min_steps: int) -> List[Tuple[int, np.ndarray]]:
+    """(band, mask) of each load mix with at least ``min_steps`` steps, in order of first time."""
+    has = np.isfinite(prompt) & np.isfinite(output) & (output > 0) & np.isfinite(qps) & (qps > 0)
+    bands = mix_band(prompt, output)
+    found = []
+    for b in np.unique(bands[has]):
+        sel = has & (bands == b)
+        if sel.sum() >= min_steps:
+            found.append((int(times[sel].min()), int(b), sel))
+    return [(b, sel) for _, b, sel in sorted(found)]
+
+
+def weighted_capacity(replicas: Sequence[Dict[str, np.ndarray]], times: np.ndarray, weight: PrefillWeight,
+                      window_steps: int, mean_prompt: Optional[float], mean_output: Optional[float],
+                      target_qps: Optional[float], mix_steps: int = 1) -> Weighted:
+    """The weighted capacity of a model from its replicas' series (each a dict of aligned arrays:
+    ``labels``, ``output``, ``prompt``, ``qps``, ``saturated``, ``within``)."""
+    w = weight.weight
+    best, at, who = None, None, {}
+    us = []
+    for r in replicas:
+        u = r["output"] + w * np.where(np.isfinite(r["prompt"]), r["prompt"], 0.0)
+        us.append(u)
+        lvl = sustained_level(u, r["within"], window_steps)
+        if np.isfinite(lvl).any():
+            j = int(np.nanargmax(lvl))
+            if lvl[j] > 0 and (best is None or lvl[j] > best):
+                best, at, who = float(lvl[j]), int(times[j]), dict(r["labels"])
+    missed = 0
+    if best is not None:
+        for r, u in zip(replicas, us):
+            missed += int((np.isfinite(u) & ~r["within"] & (u >= LIMIT_NEAR * best)).sum())
+    bound = "none" if best is None else ("observed" if missed else "lower")
+    cost = w * mean_prompt + mean_output if mean_prompt is not None and mean_output else None
+
+    def cat(key: str) -> np.ndarray:
+        return np.concatenate([r[key] for r in replicas]) if replicas else np.empty(0)
+
+    t_all = np.concatenate([times for _ in replicas]) if replicas else np.empty(0, dtype=np.int64)
+    p_all, g_all, q_all = cat("prompt"), cat("output"), cat("qps")
+    sat_all = cat("saturated").astype(bool) if replicas else np.empty(0, bool)
+    win_all = cat("within").astype(bool) if replicas else np.empty(0, bool)
+    mixes = []
+    for b, sel in load_mixes(t_all, p_all, g_all, q_all, sat_all, win_all, mix_steps):
+        q_sum = float(q_all[sel].sum())
+        mp, mo = float(p_all[sel].sum()) / q_sum, float(g_all[sel].sum()) / q_sum
+        per_req = w * mp + mo
+        cq = best / per_req if best and per_req > 0 else None
+        lo = 0.0 if b <= -10_000 else MIX_BAND ** b
+        mixes.append(Mix(lo, MIX_BAND ** (b + 1) if b > -10_000 else 0.0, int(sel.sum()), int(t_all[sel].min()),
+                         int(t_all[sel].max()), mp, mo, float(q_all[sel].max()), float(g_all[sel].max()),
+                         float(sat_all[sel].mean()), float(win_all[sel].mean()), cq, cq * mo if cq else None,
+                         max(1, math.ceil(target_qps / cq - 1e-9)) if cq and target_qps else None))
+    return Weighted(weight, best, at, who, bound, missed, cost, mixes)
 
 
 # -- putting it together ------------------------------------------------------------------------------
@@ -494,6 +713,12 @@ def compute(store: Store, opts: Options) -> CapacityReport:
     itl = over_range(c.rec("vllm_inter_token_latency_seconds", "mean"))
     within = over_range(names["within"])
     sustained = over_range(names["sustained"])
+    prompt = over_range(c.rec("vllm_prompt_tokens", "rate"))
+    rqps = over_range(c.rec("vllm_requests_finished", "rate"))
+    # saturated: requests waited at capacity.saturated_share of the evaluations of the rate window or
+    # more (the replica ran at its limit)
+    saturated = over_range(f"avg_over_time(({c.rec('vllm_requests_waiting', 'sum')} > bool 0)[{c.W}:]) "
+                           f">= {slo['capacity']['saturated_share']:g}")
     qps = over_range(c.mrec("vllm_requests_finished", "rate"))
     tokens = over_range(c.mrec("vllm_generation_tokens", "rate"))
     whole = at_end(range_exprs(c, opts.end_ms - opts.start_ms))
@@ -509,6 +734,9 @@ def compute(store: Store, opts: Options) -> CapacityReport:
     ttft_rows = _rows(ttft, replica_names, ("quantile", "0.95"))
     mean_rows, itl_rows = _rows(ttft_mean, replica_names), _rows(itl, replica_names)
     qps_rows, tok_rows = _rows(qps, svc_names), _rows(tokens, svc_names)
+    prompt_rows, rqps_rows, sat_rows = _rows(prompt, replica_names), _rows(rqps, replica_names), \
+        _rows(saturated, replica_names)
+    window_steps = max(int(seconds(slo["capacity"]["sustain"]) * 1000) // opts.step_ms, 1)
     models = sorted(set(qps_rows) | set(tok_rows) | {_key(k, svc_names) for k in gen_rows})
     report = CapacityReport(opts.start_ms, opts.end_ms, opts.step_ms, objectives,
                             {**slo["capacity"], "headroom": headroom}, [],
@@ -531,6 +759,15 @@ def compute(store: Store, opts: Options) -> CapacityReport:
         def cat(a: List[np.ndarray]) -> np.ndarray:
             return np.concatenate(a) if a else np.empty(0)
 
+        series = []
+        for r in replicas:
+            series.append({
+                "labels": dict(drop_name(r)), "output": _aligned(gen, gen_rows, r, steps),
+                "prompt": _aligned(prompt, prompt_rows, r, steps), "qps": _aligned(rqps, rqps_rows, r, steps),
+                "saturated": np.isfinite(_aligned(saturated, sat_rows, r, steps)),
+                "within": objectives.met(_aligned(ttft, ttft_rows, r, steps), _aligned(ttft_mean, mean_rows, r, steps),
+                                         _aligned(itl, itl_rows, r, steps))})
+
         p95_all, mean_all, itl_all = cat(p95s), cat(means), cat(itls)
         pts = Points(cat(xs), p95_all, mean_all, itl_all, objectives.met(p95_all, mean_all, itl_all))
         mine = [i for i, ls in enumerate(sustained.labels) if _key(ls, svc_names) == m]
@@ -542,11 +779,31 @@ def compute(store: Store, opts: Options) -> CapacityReport:
         pk_tok = peak(times, t_series, np.isfinite(t_series))
         replicas_now = int(rules_end["replicas"].get(m, 0))
         mean_out = whole["output_mean"].get(m)
+        mean_prompt = whole["prompt_mean"].get(m)
         cap_tok = replicas_now * sus.tokens_per_second if sus.tokens_per_second else None
-        cap_qps = cap_tok / mean_out if cap_tok and mean_out else None
+        old_qps = cap_tok / mean_out if cap_tok and mean_out else None
+
+        def joined(key: str, series=series) -> np.ndarray:
+            return np.concatenate([x[key] for x in series]) if series else np.empty(0)
+
+        pw = fit_prefill_weight(joined("prompt"), joined("output"), joined("saturated").astype(bool),
+                                float(slo["capacity"]["prefill_weight"]), opts.confidence)
+        tgt_qps = opts.target_qps if opts.target_qps is not None else \
+            (pk.value * (1 + headroom) if pk is not None else None)
+        # a load mix counts once it was seen for a whole rate window
+        wc = weighted_capacity(series, times, pw, window_steps, mean_prompt, mean_out, tgt_qps,
+                               max(int(seconds(c.W) * 1000) // opts.step_ms, 1))
+        cap_qps = replicas_now * wc.tokens_per_second / wc.request_cost \
+            if wc.tokens_per_second and wc.request_cost else None
+        per_replica_qps = wc.tokens_per_second / wc.request_cost if wc.tokens_per_second and wc.request_cost else None
         peaks = period_peaks(times, q_series, np.isfinite(q_series), opts.trend_period_ms, opts.step_ms)
         tr = trend(peaks, opts.trend_period_ms, cap_qps, opts.confidence)
-        tg = target(opts.target_qps, pk, headroom, replicas_now, sus.tokens_per_second, mean_out)
+        tg = target(opts.target_qps, pk, headroom, replicas_now, wc.tokens_per_second, wc.request_cost)
+        replica_hours = sum(int(np.isfinite(x["output"]).sum()) for x in series) * opts.step_ms / 3_600_000
+        mc = costing.model_cost(costing.prices(slo, whole["gpus_per_replica"].get(m)), replicas_now,
+                                tg.replicas_needed if tg is not None else None, replica_hours,
+                                whole["output_total"].get(m), whole["requests_total"].get(m), per_replica_qps,
+                                mean_out, tg.qps if tg is not None else None)
         report.models.append(ModelCapacity(
             labels=dict(m), peak_qps=pk, peak_tokens_per_second=pk_tok,
             prompt_tokens=Distribution(whole["prompt_mean"].get(m), whole["prompt_p50"].get(m),
@@ -556,5 +813,6 @@ def compute(store: Store, opts: Options) -> CapacityReport:
             spec_decode_acceptance=whole["spec_decode_acceptance"].get(m),
             replicas_now=replicas_now, sustainable=sus, capacity_tokens_per_second=cap_tok, capacity_qps=cap_qps,
             curve=curve(pts, objectives), points=pts, trend=tr, target=tg,
-            rules_at_end={k: rules_end[k].get(m) for k in END_RULES}))
+            rules_at_end={k: rules_end[k].get(m) for k in END_RULES}, weighted=wc, output_only_capacity_qps=old_qps,
+            cost=mc, gpu_utilization=whole["gpu_utilization"].get(m), tokens_per_joule=whole["tokens_per_joule"].get(m)))
     return report

@@ -70,7 +70,7 @@ def verdict_text(m: ModelCapacity) -> str:
         return "no target: no request rate in the range and no --target-qps"
     if tg.enough is None:
         return "unknown: no replica met every objective under load, so what one sustains is not known"
-    lower = m.sustainable.bound == "lower"
+    lower = (m.weighted.bound if m.weighted is not None else m.sustainable.bound) == "lower"
     if tg.enough:
         word = "ENOUGH" + (" (at least: the replicas never reached their limit)" if lower else "")
         return f"{word}: capacity {_n(tg.capacity_qps)} req/s with {_replicas(tg.replicas_now)}, " \
@@ -79,6 +79,104 @@ def verdict_text(m: ModelCapacity) -> str:
     return f"NOT ENOUGH: capacity {_n(tg.capacity_qps)} req/s with {_replicas(tg.replicas_now)}, " \
            f"{_pct(tg.margin, True)} against the target; {_replicas(short)} short" + \
            (" (at most: the replicas never reached their limit, they may sustain more)" if lower else "")
+
+
+def weight_text(wc) -> str:
+    pw = wc.weight
+    if pw.source == "fitted":
+        ci = "" if pw.low is None else f"; interval {pw.low:.3g} … {pw.high:.3g}"
+        return f"{pw.weight:.3g} (fitted {pw.note}{ci}; a replica at its limit makes {_n(pw.level)} weighted tokens/s)"
+    return f"{pw.weight:.3g} (capacity.prefill_weight of the SLO file: {pw.note})"
+
+
+def weighted_rows(m: ModelCapacity, wc) -> List[str]:
+    out = [f"| capacity unit | weighted tokens/s = output tokens/s + {wc.weight.weight:.3g} × prompt tokens/s | "
+           f"prefill weight {weight_text(wc)} |"]
+    if wc.tokens_per_second is None:
+        sus = "unknown: no replica met every objective for the sustain window under load"
+    else:
+        who = ", ".join(f"{k}={v}" for k, v in sorted(wc.replica.items()) if k != "model_name")
+        sus = f"{_n(wc.tokens_per_second)} weighted tokens/s ({who}, {fmt_time(wc.at_ms)}); " + \
+            ("objectives missed just above it" if wc.bound == "observed"
+             else "a lower bound: no objective was missed at or above 90% of it")
+    out.append(f"| sustainable per replica | {sus} | highest weighted tokens/s held for the sustain window within "
+               f"every objective |")
+    if wc.request_cost is not None:
+        out.append(f"| a request of the range's mix | {_n(wc.request_cost)} weighted tokens | {wc.weight.weight:.3g} × "
+                   f"{_n(m.prompt_tokens.mean)} prompt + {_n(m.output_tokens.mean)} output tokens (means over the range) |")
+    if m.capacity_qps is not None:
+        out.append(f"| capacity now | {m.replicas_now} × {_n(wc.tokens_per_second)} / {_n(wc.request_cost)} ≈ "
+                   f"{_n(m.capacity_qps)} req/s | at the range's mix; per mix below |")
+    return out
+
+
+def mix_table(wc, moved: bool) -> List[str]:
+    head = "The load mix moved in the range" if moved else "One load mix in the range"
+    out = ["", f"{head} (steps grouped by prompt tokens per output token; capacity: what one replica sustains at "
+               f"that mix within every objective, {_n(wc.tokens_per_second)} weighted tokens/s / (weight × prompt + "
+               f"output)):", "",
+           "| prompt/output tokens | seen | steps | prompt, output per request | held (req/s, output tokens/s) | "
+           "saturated | objectives met | capacity per replica | replicas for the target |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for x in wc.mixes:
+        band = "no prompt" if x.hi == 0 else f"{x.lo:g} … {x.hi:g}"
+        cap = "-" if x.capacity_qps is None else \
+            f"{_n(x.capacity_qps)} req/s ({_n(x.capacity_tokens_per_second)} output tokens/s)"
+        out.append(f"| {band} | {fmt_time(x.first_ms)[11:19]} … {fmt_time(x.last_ms)[11:19]} | {x.steps} | "
+                   f"{_n(x.prompt_tokens)}, {_n(x.output_tokens)} | {_n(x.held_qps)}, {_n(x.held_tokens_per_second)} | "
+                   f"{_pct(x.saturated_share)} | {_pct(x.within_share)} | {cap} | "
+                   f"{'-' if x.replicas_needed is None else x.replicas_needed} |")
+    return out
+
+
+def _money(v: Optional[float], cur: str) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.0f} {cur}" if abs(v) >= 100 else f"{v:.3g} {cur}"
+
+
+def cost_rows(m: ModelCapacity) -> List[str]:
+    c = m.cost
+    p = c.prices
+    cur = p.currency
+    if p.gpus_per_replica is not None:
+        where = "counted by the sidecars" if p.gpus_source == "sidecar" else "cost.gpus_per_replica"
+        rate = f"{p.fleet} at {p.unit_prices[p.fleet]:g} {cur} per GPU-hour × {p.gpus_per_replica:g} GPUs per " \
+               f"replica ({where}) = {_money(p.replica_hour, cur)} per replica-hour"
+    else:
+        rate = f"{p.fleet} at {_money(p.replica_hour, cur)} per replica-hour"
+    month = f"× {p.hours_per_month:g} h + {_money(p.monthly_fixed, cur)} fixed"
+    out = ["", "Cost (prices from the SLO file's cost section; " + rate + "):", "",
+           "| figure | value | from |", "| --- | --- | --- |",
+           f"| fleet now, a month | {_money(c.monthly_now, cur)} | {c.replicas_now} × {_money(p.replica_hour, cur)} "
+           f"{month} |"]
+    if c.monthly_needed is not None:
+        budget = _money(p.monthly_budget, cur)
+        verdict = f"within the budget of {budget} ({_pct(c.budget_margin, True)} to spare)" if c.within_budget \
+            else f"OVER the budget of {budget} by {_money(c.monthly_needed - p.monthly_budget, cur)}"
+        out.append(f"| replicas the target needs, a month | {_money(c.monthly_needed, cur)}: {verdict} | "
+                   f"{c.replicas_needed} × {_money(p.replica_hour, cur)} {month} |")
+    out.append(f"| per million output tokens, observed | {_money(c.per_million_output_observed, cur)} | "
+               f"{c.observed_hours:.3g} replica-hours in the range ({_money(c.observed_cost, cur)}) over the output "
+               f"tokens served |")
+    out.append(f"| per thousand requests, observed | {_money(c.per_thousand_requests_observed, cur)} | the same over "
+               f"the requests finished |")
+    out.append(f"| per million output tokens, at the sustainable load | {_money(c.per_million_output_sustainable, cur)} | "
+               f"a replica-hour over what one replica sustains in an hour at the range's mix |")
+    out.append(f"| per thousand requests, at the sustainable load | {_money(c.per_thousand_requests_sustainable, cur)} | "
+               f"the same over requests |")
+    if m.gpu_utilization is not None:
+        out.append(f"| GPU utilization, mean | {_pct(m.gpu_utilization)} | the sidecars' NVML utilization over the range, "
+                   f"each replica's GPUs then the replicas (busy GPUs of what is paid for) |")
+    if m.tokens_per_joule is not None:
+        out.append(f"| output tokens per joule | {_n(m.tokens_per_joule)} | output tokens over the GPUs' energy "
+                   f"(NVML's counter) in the range, replicas whose GPUs count it |")
+    sp = c.spot
+    if sp is not None:
+        out.append(f"| {sp.share:.0%} of the needed replicas on spot | saves {_money(sp.saving, cur)} a month "
+                   f"({_pct(sp.saving_share)}): {_money(sp.monthly, cur)} | {sp.replicas} replica(s) at "
+                   f"{_money(p.spot_replica_hour, cur)} per replica-hour. Risk: {sp.risk} |")
+    return out
 
 
 def markdown(r: CapacityReport) -> str:
@@ -120,19 +218,23 @@ def markdown(r: CapacityReport) -> str:
             sus = f"{_n(s.tokens_per_second)} tokens/s ({who}, {fmt_time(s.at_ms)}); " + \
                   ("objectives missed just above it" if s.bound == "observed"
                    else "a lower bound: no objective was missed at or above 90% of it")
-        out.append(f"| sustainable generation per replica | {sus} | highest tokens/s held {r.settings['sustain']} "
+        out.append(f"| sustainable output tokens per replica | {sus} | highest output tokens/s held {r.settings['sustain']} "
                    f"within every objective (best single step: {_n(s.instantaneous_max)}); the curve below |")
-        if m.capacity_tokens_per_second is not None:
-            out.append(f"| capacity now | {m.replicas_now} × {_n(s.tokens_per_second)} = "
-                       f"{_n(m.capacity_tokens_per_second)} tokens/s ≈ {_n(m.capacity_qps)} req/s | "
-                       f"at {_n(m.output_tokens.mean)} output tokens per request |")
+        if m.output_only_capacity_qps is not None:
+            out.append(f"| output tokens only | {m.replicas_now} × {_n(s.tokens_per_second)} = "
+                       f"{_n(m.capacity_tokens_per_second)} tokens/s ≈ {_n(m.output_only_capacity_qps)} req/s | "
+                       f"at {_n(m.output_tokens.mean)} output tokens per request: the dashboard's headroom unit, "
+                       f"not the capacity (prefill work is left out; it misleads when the prompt mix moves) |")
+        wc = m.weighted
+        if wc is not None:
+            out += weighted_rows(m, wc)
         if tg is not None:
             src = "given" if tg.source == "given" else \
                 f"peak {_n(m.peak_qps.value)} req/s + {r.settings['headroom']:.0%} headroom"
             out.append(f"| target | {_n(tg.qps)} req/s | {src} |")
-            if tg.replicas_needed is not None:
+            if tg.replicas_needed is not None and wc is not None:
                 out.append(f"| replicas needed | {tg.replicas_needed} | ⌈{_n(tg.qps)} req/s × "
-                           f"{_n(m.output_tokens.mean)} tokens / {_n(s.tokens_per_second)} tokens/s⌉ |")
+                           f"{_n(wc.request_cost)} weighted tokens / {_n(wc.tokens_per_second)} weighted tokens/s⌉ |")
         out.append(f"| verdict | {verdict_text(m)} | |")
         out.append(f"| trend | {trend_text(m.trend, m.capacity_qps)} | daily peaks of the request rate, "
                    f"least squares |")
@@ -147,6 +249,10 @@ def markdown(r: CapacityReport) -> str:
             for b in m.curve:
                 out.append(f"| {_n(b.lo)} … {_n(b.hi)} (median {_n(b.tokens_per_second)}) | {b.points} | "
                            f"{_s(b.ttft_p95)} | {_s(b.ttft_mean)} | {_s(b.itl_mean)} | {_pct(b.within_share)} |")
+        if m.cost is not None:
+            out += cost_rows(m)
+        if m.weighted is not None and m.weighted.mixes:
+            out += mix_table(m.weighted, len(m.weighted.mixes) > 1)
         if m.trend.peaks:
             out += ["", "Periodic peaks: " + ", ".join(f"{fmt_time(p.start_ms)[:10]} {_n(p.value)}"
                                                        for p in m.trend.peaks)]
@@ -174,7 +280,11 @@ def to_dict(r: CapacityReport) -> Dict[str, Any]:
             "sustainable": {"tokens_per_second": s.tokens_per_second, "at": _opt_time(s.at_ms), "replica": s.replica,
                             "instantaneous_max": s.instantaneous_max, "bound": s.bound,
                             "missed_near_limit_steps": s.missed_near_limit},
-            "capacity": {"tokens_per_second": m.capacity_tokens_per_second, "qps": m.capacity_qps},
+            "capacity": {"tokens_per_second": m.capacity_tokens_per_second, "qps": m.capacity_qps,
+                         "output_only_qps": m.output_only_capacity_qps},
+            "weighted": None if m.weighted is None else weighted_dict(m.weighted),
+            "cost": None if m.cost is None else cost_dict(m.cost),
+            "gpu_utilization": m.gpu_utilization, "tokens_per_joule": m.tokens_per_joule,
             "target": None if tg is None else {
                 "qps": tg.qps, "source": tg.source, "replicas_now": tg.replicas_now,
                 "replicas_needed": tg.replicas_needed, "capacity_qps": tg.capacity_qps, "margin": tg.margin,
@@ -192,6 +302,23 @@ def to_dict(r: CapacityReport) -> Dict[str, Any]:
         })
     return {"start": fmt_time(r.start_ms), "end": fmt_time(r.end_ms), "step_seconds": r.step_ms / 1000,
             "objectives": vars(o), "settings": r.settings, "models": models, "notes": list(r.notes)}
+
+
+def weighted_dict(wc) -> Dict[str, Any]:
+    pw = wc.weight
+    return {"unit": f"output tokens/s + {pw.weight:.6g} x prompt tokens/s",
+            "prefill_weight": {"value": pw.weight, "source": pw.source, "saturated_steps": pw.saturated_steps,
+                               "level": pw.level, "low": pw.low, "high": pw.high, "note": pw.note},
+            "sustainable_per_replica": wc.tokens_per_second, "at": _opt_time(wc.at_ms), "replica": wc.replica,
+            "bound": wc.bound, "missed_near_limit_steps": wc.missed_near_limit, "request_cost": wc.request_cost,
+            "mixes": [{**vars(x), "first": fmt_time(x.first_ms), "last": fmt_time(x.last_ms)} for x in wc.mixes]}
+
+
+def cost_dict(c) -> Dict[str, Any]:
+    out = {k: v for k, v in vars(c).items() if k not in ("prices", "spot")}
+    out["prices"] = {**vars(c.prices), "unit_prices": dict(c.prices.unit_prices)}
+    out["spot"] = None if c.spot is None else vars(c.spot)
+    return out
 
 
 def to_json(r: CapacityReport) -> str:

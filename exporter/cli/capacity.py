@@ -1,7 +1,10 @@
 """``capacity``: the capacity model filled from history (a Prometheus server or a recorded file):
 peak request rate, token distributions, cache and speculative-decoding ratios, what one replica
-sustains within the SLO (with the load-latency curve), replicas needed for a target and the trend
-of the peaks. Flags and output files live here; the work is ``exporter.analysis.capacity``.
+sustains within the SLO in weighted tokens/s (output + a fitted weight x prompt tokens, per load
+mix, with the load-latency curve), replicas needed for a target, the trend of the peaks, and what
+it all costs at the SLO file's prices (the month against the budget, per token and per request, a
+spot share). Flags and output files live here; the work is ``exporter.analysis.capacity`` and
+``exporter.analysis.capacity_cost``.
 
 Exit status: 0 done; 1 with ``--fail-when-short`` when a model's replicas are not enough for the
 target; 2 bad flags or input, one line on stderr.
@@ -24,9 +27,11 @@ SUB = "capacity"
 def _parser() -> OneLineParser:
     p = OneLineParser(prog=f"{PROG} {SUB}",
                       description="Fill the capacity model from history: peak request rate, token distributions, "
-                                  "prefix-cache and speculative-decoding ratios, the generation throughput one replica "
-                                  "sustains within the SLO's latency objectives, replicas needed for a target and the "
-                                  "trend of the daily peaks.")
+                                  "prefix-cache and speculative-decoding ratios, the throughput one replica sustains "
+                                  "within the SLO's latency objectives (weighted tokens/s: output plus a fitted weight "
+                                  "times prompt tokens, per load mix), replicas needed for a target, the trend of the "
+                                  "daily peaks, and the cost at the SLO file's prices (month against the budget, per "
+                                  "million output tokens and per thousand requests, a spot share).")
     src = p.add_argument_group("history (one of)")
     src.add_argument("--prometheus-url", metavar="URL", help="read vLLM's raw series from this Prometheus")
     src.add_argument("--file", metavar="FILE", help="recorded series: OpenMetrics with timestamps ending in '# EOF' "

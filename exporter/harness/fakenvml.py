@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Set
 
@@ -38,6 +39,8 @@ class FakeGpu:
     ecc_corrected: int = 0
     ecc_uncorrected: int = 0
     energy_mj: int = 0
+    # like a real counter: energy_mj plus the power drawn since the GPU was first read (mW x s = mJ)
+    energy_from_power: bool = False
     gpm_supported: bool = True
     sm_activity_percent: float = 0.0
     sm_occupancy_percent: float = 0.0
@@ -45,6 +48,9 @@ class FakeGpu:
     # function names that raise NotSupported; ``name:arg`` for one first argument only
     # (``nvmlDeviceGetTotalEccErrors:1``: uncorrected ECC unsupported, corrected still read)
     unsupported: Set[str] = field(default_factory=set)
+    # function name -> an NVML return code it fails with (NVML_ERROR_UNKNOWN...), raised as the real
+    # module raises it (NVMLError(code) is the matching NVMLError_* subclass)
+    errors: Dict[str, int] = field(default_factory=dict)
 
 
 class FakeNvml:
@@ -64,6 +70,7 @@ class FakeNvml:
         self._gpm_samples: Dict[int, tuple] = {}
         self._handles = [ctypes.pointer(_real.struct_c_nvmlDevice_t()) for _ in gpus]
         self.calls: Dict[str, int] = {}
+        self._energy_t0: Dict[str, float] = {}
 
     # -- helpers ------------------------------------------------------------------------
     def _count(self, fn: str) -> None:
@@ -83,6 +90,8 @@ class FakeNvml:
                     raise _real.NVMLError(_real.NVML_ERROR_GPU_IS_LOST)
                 if fn in g.unsupported or (arg is not None and f"{fn}:{arg}" in g.unsupported):
                     raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+                if fn in g.errors:
+                    raise _real.NVMLError(g.errors[fn])
                 return g
         raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
 
@@ -177,7 +186,13 @@ class FakeNvml:
         return int(g.ecc_corrected)
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle) -> int:
-        return int(self._gpu(handle, "nvmlDeviceGetTotalEnergyConsumption").energy_mj)
+        """Millijoules since the driver loaded (NVML: Volta and newer; older GPUs raise NotSupported)."""
+        g = self._gpu(handle, "nvmlDeviceGetTotalEnergyConsumption")
+        if not g.energy_from_power:
+            return int(g.energy_mj)
+        now = time.monotonic()
+        t0 = self._energy_t0.setdefault(g.uuid, now)
+        return int(g.energy_mj + g.power_mw * (now - t0))
 
     # -- events ---------------------------------------------------------------------------
     def nvmlEventSetCreate(self):

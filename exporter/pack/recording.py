@@ -259,6 +259,17 @@ def capacity_names(c: Ctx) -> Dict[str, str]:
         "peak": c.mrec("vllm_generation_tokens", "max_over_time" + cap["peak_window"]),
         "capacity": c.mrec("vllm_generation_tokens_capacity", "sum"),
         "headroom": c.mrec("vllm_generation_tokens_headroom", "ratio"),
+        # cost and efficiency
+        "gpus": c.rec("vllm_sidecar_gpus", "count"),
+        "gpu_utilization": c.rec("vllm_sidecar_gpu_utilization", "avg"),
+        "fleet_gpu_utilization": c.mrec("vllm_sidecar_gpu_utilization", "avg"),
+        "power": c.rec("vllm_sidecar_gpu_energy_joules", "rate"),
+        "tokens_per_joule": c.rec("vllm_generation_tokens_per_joule", "ratio_rate"),
+        "fleet_tokens_per_joule": c.mrec("vllm_generation_tokens_per_joule", "ratio_rate"),
+        "cost_per_hour": c.rec("vllm_cost_per_hour", "sum"),
+        "fleet_cost_per_hour": c.mrec("vllm_cost_per_hour", "sum"),
+        "cost_per_million_output_tokens": c.mrec("vllm_cost_per_million_output_tokens", "ratio_rate"),
+        "cost_per_thousand_requests": c.mrec("vllm_cost_per_thousand_requests", "ratio_rate"),
     }
 
 
@@ -294,6 +305,45 @@ def capacity(c: Ctx) -> List[Recording]:
         Recording(n["capacity"], f"{n['sustainable']}\n* on ({svc})\ncount by ({svc}) ({gen})"),
         # 0.25: the replicas serving now sustain 25% more than the peak; below 0: fewer than it needs
         Recording(n["headroom"], f"{n['capacity']}\n/ on ({svc})\n({n['peak']} > 0)\n- 1"),
+    ] + cost_and_efficiency(c)
+
+
+def cost_and_efficiency(c: Ctx) -> List[Recording]:
+    """What the fleet costs and how well it uses its GPUs. GPUs per replica: the sidecar's count of
+    the pod's GPUs, else the SLO's ``cost.gpus_per_replica``; a replica-hour at the price of how the
+    fleet is bought (``cost.fleet``), per GPU or per replica (``cost.unit``); per million output
+    tokens and per thousand requests at the load of the moment. GPU utilization averaged per
+    replica and over the model's replicas; output tokens per joule from the GPUs' energy counters
+    (NVML's total energy, Volta and newer), only over replicas whose GPUs have one."""
+    n = capacity_names(c)
+    by, svc, s, r = c.by, c.svc, c.s(), c.r
+    cost = c.slo["cost"]
+    price = cost["prices"][cost["fleet"]]
+    model_of = _model_of(c)
+    gen = c.rec("vllm_generation_tokens", "rate")
+    per_hour = f"{n['gpus']} * {price:g}" if cost["unit"] == "gpu_hour" else f"{n['gpus']} * 0 + {price:g}"
+    return [
+        Recording(n["gpus"],
+                  f"count by ({r}) (vllm_sidecar_gpu_info{s})\n* on ({r}) group_left (model_name)\n{model_of}\n"
+                  f"or\n{model_of} * 0 + {cost['gpus_per_replica']:g}"),
+        Recording(n["cost_per_hour"], per_hour),
+        Recording(n["fleet_cost_per_hour"], f"sum by ({svc}) ({n['cost_per_hour']})"),
+        Recording(n["cost_per_million_output_tokens"],
+                  f"{n['fleet_cost_per_hour']} / 3600\n/ on ({svc})\n"
+                  f"({c.mrec('vllm_generation_tokens', 'rate')} > 0)\n* 1e6"),
+        Recording(n["cost_per_thousand_requests"],
+                  f"{n['fleet_cost_per_hour']} / 3600\n/ on ({svc})\n"
+                  f"({c.mrec('vllm_requests_finished', 'rate')} > 0)\n* 1e3"),
+        Recording(n["gpu_utilization"],
+                  f"avg by ({r}) (vllm_sidecar_gpu_utilization_ratio{s})\n* on ({r}) group_left (model_name)\n{model_of}"),
+        Recording(n["fleet_gpu_utilization"], f"avg by ({svc}) ({n['gpu_utilization']})"),
+        Recording(n["power"],
+                  f"sum by ({r}) (rate(vllm_sidecar_gpu_energy_joules_total{s}[{c.W}]))\n"
+                  f"* on ({r}) group_left (model_name)\n{model_of}"),
+        Recording(n["tokens_per_joule"], f"{gen}\n/ on ({by})\n({n['power']} > 0)"),
+        Recording(n["fleet_tokens_per_joule"],
+                  f"sum by ({svc}) ({gen} and on ({by}) ({n['power']} > 0))\n/ on ({svc})\n"
+                  f"(sum by ({svc}) ({n['power']}) > 0)"),
     ]
 
 

@@ -1,16 +1,71 @@
-"""Dashboard: KV cache, queue, preemptions, capacity headroom, configured capacity and LoRA adapters per
-replica."""
+"""Dashboard: KV cache, queue, preemptions, capacity headroom, cost and efficiency, configured capacity and
+LoRA adapters per replica."""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List
 
+from ..context import Ctx
+from ..recording import capacity_names
 from .builder import LEVEL_MAP, Builder, Panel, Row, Target, value_map
 
 # vLLM 0.32 says which adapters have a request running or waiting, not how many
 LORA_MAP = value_map(("0", "no requests", "green"), ("1", "requests", "blue"))
 NO_LORA = "only where vLLM serves LoRA (--enable-lora) and an adapter has had a request since it started"
 NOT_APART = "vLLM 0.32 lists adapters with a request running or waiting under both labels, never apart"
+
+
+# Grafana's currency units; any other currency is shown as a plain number, named in the title
+CURRENCY_UNITS = {"USD": "currencyUSD", "EUR": "currencyEUR", "GBP": "currencyGBP", "JPY": "currencyJPY",
+                  "INR": "currencyINR", "KRW": "currencyKRW", "CHF": "currencyCHF"}
+
+
+def cost_and_efficiency(b: Builder) -> List[Any]:
+    """The "Cost and efficiency" row: what the fleet costs at the SLO file's prices, per token and per
+    request at the load of the moment, GPU utilization per replica and over the model, output
+    tokens per joule."""
+    cost = b.slo["cost"]
+    cur = cost["currency"]
+    unit = CURRENCY_UNITS.get(cur, "short")
+    names = capacity_names(Ctx(b.slo))
+    per = "GPU-hour" if cost["unit"] == "gpu_hour" else "replica-hour"
+    price = (f"{cost['prices'][cost['fleet']]:g} {cur} per {per} ({cost['fleet']}, from the SLO file's cost section"
+             + (f"; GPUs per replica as the sidecar counts them, else {cost['gpus_per_replica']:g})"
+                if cost["unit"] == "gpu_hour" else ")"))
+
+    def m(key: str) -> str:
+        return b.s(names[key], True, False)
+
+    def r(key: str) -> str:
+        return b.s(names[key])
+
+    return [
+        Row("Cost and efficiency"),
+        Panel(f"Fleet cost ({cur})", f"What the model's replicas serving now cost an hour at {price}, and a month "
+              f"at that rate ({cost['hours_per_month']:g} hours, without the fixed {cost['monthly_fixed']:g} {cur}). "
+              f"`vllm-sidecar-exporter capacity` puts the month against the budget.",
+              [Target(m("fleet_cost_per_hour"), "{{model_name}} an hour"),
+               Target(f"{m('fleet_cost_per_hour')} * {cost['hours_per_month']:g}", "{{model_name}} a month")],
+              unit=unit, w=8, min=0),
+        Panel(f"Cost per million output tokens ({cur})", f"The fleet's cost an hour over the output tokens it makes "
+              f"an hour, at the load of the moment ({b.window} rate): high when replicas idle. At the sustainable "
+              f"load it is lower; `capacity` reports both.",
+              [Target(m("cost_per_million_output_tokens"), "{{model_name}}",
+                      empty_ok="only while the model generates tokens")], unit=unit, w=8, min=0),
+        Panel(f"Cost per thousand requests ({cur})", f"The fleet's cost an hour over the requests it finishes an "
+              f"hour ({b.window} rate).",
+              [Target(m("cost_per_thousand_requests"), "{{model_name}}",
+                      empty_ok="only while requests finish")], unit=unit, w=8, min=0),
+        Panel("GPU utilization", "Mean NVML utilization of each replica's GPUs (share of time a kernel ran) and "
+              "over the model's replicas: what elastic scaling raises (busy GPUs per replica paid for). A high "
+              "figure is not high throughput: see tokens per joule.",
+              [Target(r("gpu_utilization"), "{{pod}}"), Target(m("fleet_gpu_utilization"), "{{model_name}} fleet")],
+              unit="percentunit", w=12, min=0, max=1),
+        Panel("Output tokens per joule", "Output tokens per second over the GPUs' power drawn (the rate of NVML's "
+              "total energy counter, Volta and newer), per replica and over the model's replicas with a counter.",
+              [Target(r("tokens_per_joule"), "{{pod}}"), Target(m("fleet_tokens_per_joule"), "{{model_name}} fleet")],
+              unit="short", w=12, min=0),
+    ]
 
 
 def capacity(b: Builder) -> Dict[str, Any]:
@@ -58,6 +113,7 @@ def capacity(b: Builder) -> Dict[str, Any]:
                       empty_ok="only before any replica met every objective for the sustain window under load")],
               unit="percentunit", w=24, h=7, base_color="red",
               thresholds=((0, "orange"), (cap["headroom"], "green")), threshold_style="line"),
+        *cost_and_efficiency(b),
         Row("Configured capacity"),
         Panel("KV capacity", "KV-cache size in tokens and blocks, block size and memory share, from "
               "vllm:cache_config_info (labels of an info metric).",
@@ -89,4 +145,5 @@ def capacity(b: Builder) -> Dict[str, Any]:
               unit="short", w=10, min=0, decimals=0),
     ]
     return b.dashboard("vllm-capacity", "vLLM / Capacity",
-                       "KV cache, queue, preemptions, configured capacity and LoRA adapters per replica.", items)
+                       "KV cache, queue, preemptions, capacity headroom, cost and efficiency, configured capacity "
+                       "and LoRA adapters per replica.", items)
