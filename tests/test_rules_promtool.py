@@ -402,5 +402,29 @@ def test_alert_fires_and_stays_quiet(alert, tmp_path):
         t = dict(t)
         by_interval.setdefault(t.pop("_evaluation_interval"), []).append(t)
     for interval, group in by_interval.items():
-        r = run_promtool(tmp_path, group, evaluation_interval=interval)
+        r = run_promtool(tmp_path, group, evaluation_interval=interval, alerts=[alert])
         assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_cut_rule_file_keeps_everything_an_alert_reads():
+    """The cases above run promtool over the rule file cut to their alert (``rules_for``): the cut
+    must hold every recording rule any kept rule reads, in the file's order, and nothing else."""
+    import re
+
+    import yaml
+
+    from promseries import RULES, rules_for
+
+    full = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    records = {r["record"] for r in full if "record" in r}
+    for alert in sorted({r["alert"] for r in full if "alert" in r}):
+        kept = [r for g in rules_for([alert])["groups"] for r in g["rules"]]
+        assert [r for r in full if r in kept] == kept, f"{alert}: the cut reorders the file"
+        kept_records = {r["record"] for r in kept if "record" in r}
+        read = {n for r in kept for n in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", r["expr"])} & records
+        assert read <= kept_records, f"{alert}: the cut lacks {sorted(read - kept_records)}"
+        # nothing kept that no kept rule reads, but the alert itself
+        assert kept_records <= read, f"{alert}: the cut keeps unread rules {sorted(kept_records - read)}"
+        assert {r.get("alert") for r in kept} - {None} == {alert}
+    surge = [r for g in rules_for(["VLLMLongPromptSurge"])["groups"] for r in g["rules"]]
+    assert len(surge) < len(full) / 3
