@@ -152,3 +152,17 @@ def test_rule_file_errors_name_the_rule():
     with pytest.raises(RuleFileError) as info:
         groups_from_data([{"name": "g", "rules": [{"alert": "A", "expr": "up", "labels": {"x": "{{ $value }}"}}]}], "f")
     assert "label templates" in str(info.value)
+
+
+def test_openmetrics_exemplars_and_hashes_inside_label_values():
+    """A sample line's exemplar (``# {...} v``) is dropped, a ``#`` inside a quoted label value
+    is the value's, and a line without ``#`` takes the fast path: all read alike."""
+    from exporter.analysis.sources import load_openmetrics
+
+    text = ('a_total{k="x#y"} 1 10\n'
+            'a_total{k="plain"} 2 10\n'
+            'a_total{k="ex"} 3 10 # {trace_id="ab#c"} 0.5 9\n'
+            '# EOF\n')
+    store = load_openmetrics(text.encode()).store
+    got = {dict(s.labels)["k"]: float(s.v[0]) for s in store}
+    assert got == {"x#y": 1.0, "plain": 2.0, "ex": 3.0}

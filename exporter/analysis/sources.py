@@ -223,6 +223,8 @@ def _om_labels(text: str) -> Dict[str, str]:
 
 def _split_labels(line: str) -> Tuple[str, str]:
     """Split off an exemplar (``# {...}``) that follows the sample, quotes respected."""
+    if "#" not in line:  # nearly every line: no character scan (it was most of a week's read)
+        return line, ""
     in_q = esc = False
     depth = 0
     for i, c in enumerate(line):
