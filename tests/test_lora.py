@@ -12,9 +12,8 @@ import pytest
 
 from conftest import page
 from exporter.harness import pagetransform as pt
-from exporter.runtime.collectors import build_families
 from exporter.runtime.parser import parse
-from helpers import cfg, names, sidecar_with, value
+from helpers import cfg, names, scraped, sidecar_with, value
 
 LORA = "vllm:lora_requests_info"
 ADAPTERS = ("tiny-lora", "tiny-lora-b")
@@ -35,9 +34,6 @@ def read(clock, *texts, **kw):
         clock.advance(1)
     return pub
 
-
-def scraped(pub):
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in build_families(pub) for s in f.samples}
 
 
 def reorder(text, order):
