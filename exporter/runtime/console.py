@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
+from .collectors import DERIVED
 from .gpu import THROTTLE_REASONS, GpuReading, GpuState
 from .signals import BusyLow, Caches, Distribution, KvQueue, Latency, Lora, ModelSignals, Prompts, Signals, Throughput
 from .state import Published
@@ -145,39 +146,13 @@ class View:
 # -- reading a sidecar's /metrics back into the view's state ----------------------------------------
 
 PREFIX = "vllm_sidecar_"
-# derived series (name without the prefix) -> (ModelSignals part, field); see collectors.vllm.DERIVED
-SCALARS: Dict[str, Tuple[str, str]] = {
-    "generation_tokens_per_second": ("throughput", "generation_tokens_per_second"),
-    "prompt_tokens_per_second": ("throughput", "prompt_tokens_per_second"),
-    "preemptions_per_second": ("throughput", "preemptions_per_second"),
-    "corrupted_requests_per_second": ("throughput", "corrupted_requests_per_second"),
-    "admission_rejections_per_second": ("throughput", "admission_rejections_per_second"),
-    "request_error_ratio": ("throughput", "error_ratio"),
-    "kv_cache_usage_ratio": ("kv", "usage"),
-    "kv_cache_pressure_level": ("kv", "pressure_level"),
-    "kv_cache_seconds_to_full": ("kv", "seconds_to_full"),
-    "requests_running": ("kv", "running"),
-    "requests_waiting": ("kv", "waiting"),
-    "requests_waiting_for_capacity": ("kv", "waiting_for_capacity"),
-    "long_prompt_requests_per_second": ("prompts", "long_per_second"),
-    "long_prompt_request_ratio": ("prompts", "long_ratio"),
-    "ttft_mean_seconds": ("latency", "ttft_mean"),
-    "ttft_slo_attainment_ratio": ("latency", "ttft_slo_attainment"),
-    "itl_slo_attainment_ratio": ("latency", "itl_slo_attainment"),
-    "prefix_cache_hit_ratio": ("caches", "prefix_cache_hit_ratio"),
-    "spec_decode_acceptance_ratio": ("caches", "spec_decode_acceptance_ratio"),
-}
-DISTRIBUTIONS: Dict[str, Tuple[str, str]] = {
-    "ttft_seconds": ("latency", "ttft"),
-    "inter_token_latency_seconds": ("latency", "itl"),
-    "e2e_request_latency_seconds": ("latency", "e2e"),
-    "queue_time_seconds": ("latency", "queue_time"),
-    "prompt_length_tokens": ("prompts", "length"),
-}
+# derived series (name without the prefix) -> (ModelSignals part, field), from the collectors' table
+SCALARS: Dict[str, Tuple[str, str]] = {n: s.at for n, s in DERIVED.items() if s.at and not s.summary and not s.extra}
+DISTRIBUTIONS: Dict[str, Tuple[str, str]] = {n: s.at for n, s in DERIVED.items() if s.at and s.summary}
 # read apart: requests_finished_per_second (by finished_reason), engine_stalled, and the three
 # series of "GPU busy, tokens low" (baseline, threshold, verdict)
-OTHER = ("requests_finished_per_second", "engine_stalled", "throughput_baseline_tokens_per_second",
-         "throughput_low_threshold_tokens_per_second", "gpu_busy_low_throughput")
+FINISHED = "requests_finished_per_second"
+OTHER = tuple(n for n in DERIVED if n not in SCALARS and n not in DISTRIBUTIONS)
 _PARTS = {"throughput": Throughput, "kv": KvQueue, "latency": Latency, "prompts": Prompts, "caches": Caches}
 
 
@@ -238,9 +213,11 @@ def published_from_exposition(text: str, t: float) -> Published:
         for model in set(qs) | set(counts):
             part(model, where)[fld] = Distribution(tuple(sorted(qs.get(model, []))), count=counts.get(model, 0.0),
                                                    sum=sums.get(model, 0.0))
-    for labels, v in each("requests_finished_per_second"):
-        part(labels["model_name"], "throughput").setdefault("finished_per_second", {})[labels["finished_reason"]] = v
-    for key in OTHER[1:]:
+    for labels, v in each(FINISHED):
+        part(labels["model_name"], DERIVED[FINISHED].at[0]).setdefault(DERIVED[FINISHED].at[1], {})[labels["finished_reason"]] = v
+    for key in OTHER:
+        if key == FINISHED:
+            continue
         for labels, v in each(key):
             part(labels["model_name"], "other")[key] = v
     out_models = []
