@@ -890,7 +890,7 @@ def main(argv=None) -> int:
         print(s, flush=True)
 
     def write(env: dict, runs: List[dict]) -> None:
-        from bench_poll import write_sections
+        from bench.bench_poll import write_sections
 
         lines: List[str] = []
         for res in runs:
