@@ -78,6 +78,71 @@ def test_nothing_imports_the_command_line():
     assert not bad, "\n".join(bad)
 
 
+def _module_name(path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _graph():
+    """module -> the modules of this package it imports, anywhere in its source (a function's body
+    too): ``from a.b import c`` is an edge to ``a.b.c`` when c is a module, else to ``a.b``."""
+    modules = {_module_name(p): p for p in PKG.rglob("*.py")}
+    graph = {}
+    for mod, path in modules.items():
+        edges = set()
+        for _, target, names in _imports(path):
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in modules]
+            edges.update(subs)
+            if len(subs) < len(names) or not names:
+                edges.add(target)
+        graph[mod] = {e for e in edges if e in modules and e != mod}
+    return graph
+
+
+def _circles(graph):
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles():
+    """No two modules import each other, directly or round a longer circle, even where the import
+    is hidden in a function (which only moves the circle to run time)."""
+    circles = _circles(_graph())
+    assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_the_circle_finder_finds_a_hidden_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _circles(graph) == [["a", "b", "c"]]
+
+
 def test_every_module_says_what_it_owns():
     missing = [str(p.relative_to(ROOT)) for p in PKG.rglob("*.py")
                if p.name != "__main__.py" and not ast.get_docstring(ast.parse(p.read_text()))]
