@@ -223,10 +223,9 @@ class Sidecar:
         """A failure inside the sidecar: counted and shown like any failed read; the windows
         start again from a clean state, so nothing half-updated is ever derived from."""
         name = type(exc).__name__
-        if self.states.said(("internal",)) != name:
+        if self.states.note(("internal",), name):
             log.error("poll failed inside the sidecar (%s: %s); vLLM shown down until a poll succeeds",
                       name, str(exc)[:200], exc_info=exc)
-            self.states._said[("internal",)] = name
         self._error("vllm", "internal", f"{name} inside the sidecar")
         self.windows.reset()
         self.reader = Reader(self.caps, memory=self.retention)
