@@ -1038,7 +1038,7 @@ LORA_NAMES = ["tiny-lora", "tiny-lora-b"]
 def lora_info(text: str) -> List[dict]:
     """The page's vllm:lora_requests_info series, newest first. vLLM sets one series per label
     combination to the current time and never removes old ones: the newest is the current state."""
-    from exporter.runtime.parser import parse
+    from exporter.runtime.exposition import parse
     rows = [dict(s.labels, value=s.value) for s in parse(text).samples if s.name == "vllm:lora_requests_info"]
     return sorted(rows, key=lambda r: -r["value"])
 

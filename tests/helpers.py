@@ -7,8 +7,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.runtime import config
 from exporter.runtime.collectors import Point, build_families, signal_points
+from exporter.runtime.exposition import parse
 from exporter.runtime.inputs import Snapshot, normalize
-from exporter.runtime.parser import parse
 from exporter.runtime.sidecar import Sidecar
 from exporter.runtime.signals import Signals
 from exporter.runtime.state import Published

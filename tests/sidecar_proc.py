@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Optional
 from conftest import ROOT, page
 from exporter.harness import pagetransform as pt
 from exporter.harness.localstack import StackError, wait_until
-from exporter.runtime.parser import parse
+from exporter.runtime.exposition import parse
 
 
 class Advancing:

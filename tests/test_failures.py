@@ -15,9 +15,9 @@ from exporter.harness.localstack import wait_until
 from exporter.harness.pageserver import PageServer
 from exporter.runtime import config
 from exporter.runtime.app import run_sidecar
+from exporter.runtime.exposition import parse
 from exporter.runtime.fetch import FetchError
 from exporter.runtime.fetch import PageFetcher as VllmClient
-from exporter.runtime.parser import parse
 from hostile_server import FAULTS, LEAK, HostileServer
 from sidecar_proc import Advancing, scrape
 from sidecar_proc import http_get as get

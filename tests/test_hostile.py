@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from conftest import page as fixture_page
 from exporter.harness import pagetransform as pt
 from exporter.runtime.collectors import signal_points
-from exporter.runtime.parser import parse
+from exporter.runtime.exposition import parse
 from helpers import cfg, points, sample_value, scraped, sidecar_with, value
 
 M = "tiny-llama"

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import page
 from exporter.harness import pagetransform as pt
-from exporter.runtime.parser import parse
+from exporter.runtime.exposition import parse
 from helpers import cfg, names, scraped, sidecar_with, value
 
 LORA = "vllm:lora_requests_info"

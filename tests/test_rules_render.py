@@ -9,7 +9,7 @@ import yaml
 from conftest import ROOT, VLLM_PAGES
 from exporter.pack import rules as rules_mod
 from exporter.runtime.config import ConfigError
-from exporter.runtime.parser import parse
+from exporter.runtime.exposition import parse
 from exporter.slo import load_slo
 
 SLO = ROOT / "rules" / "slo.yaml"

@@ -185,7 +185,7 @@ def published_from_exposition(text: str, t: float) -> Published:
     far as the page says it: every derived signal, the self-health the view and the collectors
     show, and the GPUs. (Not on the page, so not here: the GPU read errors' messages.)"""
     from .collectors.gpu import _GPU_COUNTERS, _GPU_GAUGES
-    from .parser import parse
+    from .exposition import parse
 
     page = parse(text)
     by_name: Dict[str, List[Tuple[Dict[str, str], float]]] = {}

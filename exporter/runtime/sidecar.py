@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, Optional, Tuple
 
 from .config import Config
+from .exposition import MALFORMED_REASONS
 from .fetch import REASONS as VLLM_REASONS
 from .fetch import FetchError
 from .gpu import GpuState, GpuUnavailable
 from .inputs import INPUTS, Caps, Reader, Snapshot
 from .logs import StateLog, summarize
-from .parser import MALFORMED_REASONS
 from .signals import Baseline, Signals, derive_view
 from .state import Published
 from .windows import Windows
