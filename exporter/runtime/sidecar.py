@@ -36,9 +36,9 @@ from .fetch import FetchError
 from .gpu import GpuState, GpuUnavailable
 from .inputs import INPUTS, Caps, Reader, Snapshot
 from .logs import StateLog, summarize
+from .rolling import Windows
 from .signals import Baseline, Signals, derive_view
 from .state import Published
-from .windows import Windows
 
 log = logging.getLogger("vllm_sidecar")
 
