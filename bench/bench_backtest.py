@@ -28,7 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from exporter.analysis import rules as rule_runner  # noqa: E402
+from exporter.analysis import rulemanager as rule_runner  # noqa: E402
 from exporter.analysis.promql.labels import make  # noqa: E402
 from exporter.analysis.rulefile import groups_from_data, load_rule_file  # noqa: E402
 from exporter.analysis.series import Store  # noqa: E402
