@@ -208,7 +208,7 @@ def test_an_impossible_value_is_rejected_and_the_rest_kept(clock, bad):
 def test_the_console_shows_adapters_when_present(clock):
     import io
 
-    from exporter.runtime.console import View
+    from exporter.view.console import View
 
     view = View(io.StringIO(), tty=False)
     text = view.render(read(clock, page("lora_running.txt")))

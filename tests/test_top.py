@@ -23,7 +23,6 @@ from exporter.harness.pageserver import PageServer
 from exporter.harness.simulate import SimVllm
 from exporter.runtime import config
 from exporter.runtime.collectors import DERIVED, POD_DERIVED
-from exporter.runtime.console import DISTRIBUTIONS, OTHER, SCALARS, View, published_from_exposition
 from exporter.runtime.gpu import GpuReading, GpuState
 from exporter.runtime.nvml import NvmlSource
 from exporter.runtime.server import make_registry
@@ -42,6 +41,7 @@ from exporter.runtime.signals import (
     Throughput,
 )
 from exporter.runtime.state import Published
+from exporter.view.console import DISTRIBUTIONS, OTHER, SCALARS, View, published_from_exposition
 
 # the KV line a saturated replica shows: usage 97%, six requests waiting, all for KV capacity
 KV_LINE = "  KV cache    usage 97%   pressure saturated   waiting 6 (for capacity 6)"

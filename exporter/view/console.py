@@ -21,10 +21,10 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
-from .collectors import DERIVED
-from .gpu import THROTTLE_REASONS, GpuReading, GpuState
-from .signals import BusyLow, Caches, Distribution, KvQueue, Latency, Lora, ModelSignals, Prompts, Signals, Throughput
-from .state import Published
+from ..runtime.collectors import DERIVED
+from ..runtime.gpu import THROTTLE_REASONS, GpuReading, GpuState
+from ..runtime.signals import BusyLow, Caches, Distribution, KvQueue, Latency, Lora, ModelSignals, Prompts, Signals, Throughput
+from ..runtime.state import Published
 
 LEVELS = {0: "ok", 1: "elevated", 2: "saturated", 3: "thrashing"}
 
@@ -158,7 +158,7 @@ _PARTS = {"throughput": Throughput, "kv": KvQueue, "latency": Latency, "prompts"
 
 def _lora_from(each) -> Optional[Lora]:
     """The LoRA state a page's ``lora_*`` series were rendered from (None without them)."""
-    from .signals import LoraAdapter
+    from ..runtime.signals import LoraAdapter
 
     def one(name: str) -> Optional[float]:
         vals = [v for _, v in each(name)]
@@ -184,8 +184,8 @@ def published_from_exposition(text: str, t: float) -> Published:
     """The ``Published`` state a sidecar's ``/metrics`` page (text format) was rendered from, as
     far as the page says it: every derived signal, the self-health the view and the collectors
     show, and the GPUs. (Not on the page, so not here: the GPU read errors' messages.)"""
-    from .collectors.gpu import _GPU_COUNTERS, _GPU_GAUGES
-    from .exposition import parse
+    from ..runtime.collectors.gpu import _GPU_COUNTERS, _GPU_GAUGES
+    from ..runtime.exposition import parse
 
     page = parse(text)
     by_name: Dict[str, List[Tuple[Dict[str, str], float]]] = {}
@@ -304,7 +304,7 @@ class InProcessSidecar:
     configured by the same flags) in a thread of this process; ``read`` gives its latest state."""
 
     def __init__(self, cfg, env: Mapping[str, str], nvml=None, ready_timeout: float = 10.0) -> None:
-        from .app import run_sidecar
+        from ..runtime.app import run_sidecar
 
         self.cfg = cfg
         self.stop_event = threading.Event()
@@ -332,7 +332,7 @@ class InProcessSidecar:
         return self.ready["sidecar"]
 
     def describe(self) -> str:
-        from .config import redact_url
+        from ..runtime.config import redact_url
 
         return (f"vLLM {redact_url(self.cfg.metrics_url)} · sidecar in this process (poll {self.cfg.poll_interval:g}s, "
                 f"window {self.cfg.window:g}s), serving {self.metrics_address}")
@@ -361,7 +361,7 @@ class InProcessSidecar:
 
     def _last_vllm_error(self) -> str:
         """The failure reason whose count rose last (``vllm_sidecar_poll_errors_total``)."""
-        from .config import redact_url
+        from ..runtime.config import redact_url
 
         counts = {r: n for (t, r), n in self.sidecar.published.errors_total if t == "vllm"}
         prev = getattr(self, "_prev_counts", {})
@@ -381,8 +381,8 @@ class ScrapedSidecar:
     """A running sidecar's /metrics, read back into its ``Published`` state on every ``read``."""
 
     def __init__(self, url: str, timeout: float = 5.0, max_bytes: int = 16 * 1024 * 1024) -> None:
-        from .config import metrics_url
-        from .fetch import PageFetcher
+        from ..runtime.config import metrics_url
+        from ..runtime.fetch import PageFetcher
 
         self.url = metrics_url(url)
         self.fetcher = PageFetcher(self.url, timeout, max_bytes)
@@ -395,7 +395,7 @@ class ScrapedSidecar:
         return None
 
     def read(self) -> Tuple[Optional[Published], Optional[str]]:
-        from .fetch import FetchError
+        from ..runtime.fetch import FetchError
 
         try:
             text = self.fetcher.fetch()
