@@ -145,6 +145,52 @@ def test_the_circle_finder_finds_a_hidden_circle():
     assert _circles(graph) == [["a", "b", "c"]]
 
 
+# Module names found in more than one wing, each naming the same subject there. Any other name
+# means one thing: a second wing that wants it picks another (runtime/exposition.py parses the
+# text format, analysis/promql/parser.py PromQL; runtime/rolling.py keeps the sidecar's rolling
+# totals, analysis/promql/windows.py is PromQL's range functions; analysis/rulemanager.py runs rule
+# groups, pack/rules.py renders the rule files).
+SAME_SUBJECT = {
+    # a command (cli) is named for the work it runs
+    "backtest": "the backtest: the command and the engine",
+    "gate": "the regression gate: the command and the verdict",
+    "demo": "the demo: the command and the stack it starts",
+    # one concern: its signal in the sidecar, its alerts and panels in the pack, its analysis
+    "capacity": "KV cache and load headroom: the sidecar's signal, the pack's alerts and panel, the model, the command",
+    "gpu": "the GPUs: the sidecar's readings and collector, the pack's alerts and panel",
+    "health": "the targets' health: the sidecar's self-health collector, the pack's target alerts",
+    "latency": "TTFT and inter-token latency: the sidecar's signal, the pack's alerts",
+    "series": "time series: the rules' store (analysis), a scenario's book of them (harness)",
+    "alerts": "Prometheus alerts: the pack's alerting rules, the analysis of their pending/firing states",
+}
+
+
+def _names_by_wing():
+    """leaf module or package name -> the wings it stands in (the foundation modules, slo and
+    errors, are no wing)."""
+    out = {}
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG)
+        if len(rel.parts) < 2:
+            continue
+        wing = rel.parts[0]
+        names = list(rel.parts[1:-1]) + ([] if path.stem == "__init__" else [path.stem])
+        for name in names:
+            out.setdefault(name, set()).add(wing)
+    return out
+
+
+def test_a_module_name_means_one_thing_across_the_wings():
+    shared = {n: sorted(w) for n, w in _names_by_wing().items() if len(w) > 1}
+    unexplained = {n: w for n, w in shared.items() if n not in SAME_SUBJECT}
+    assert not unexplained, ("module names in two wings (rename one, or add the name to SAME_SUBJECT if it "
+                             f"names the same subject in each): {unexplained}")
+    stale = sorted(set(SAME_SUBJECT) - set(shared))
+    assert not stale, f"SAME_SUBJECT lists names no longer shared: {stale}"
+    for name in ("parser", "windows", "rules"):
+        assert name not in shared, name
+
+
 def test_every_module_says_what_it_owns():
     missing = [str(p.relative_to(ROOT)) for p in PKG.rglob("*.py")
                if p.name != "__main__.py" and not ast.get_docstring(ast.parse(p.read_text()))]
