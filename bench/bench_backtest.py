@@ -9,8 +9,8 @@ restart (counters back to zero) and one stalled engine. Then it runs the backtes
 range at ``--step`` and reports the time and the peak memory.
 
 The baseline, measured in the same run on the same machine, is one ``promtool test rules`` of the
-same pack over a small slice (3 pods, 3 hours at 1-minute evaluations, the incident scenario's
-input). Timings are reported as ratios to it, never as pass/fail.
+same pack over a small slice (the harness's user's night: 3 pods, 3 hours of history and the
+flood at 1-minute evaluations). Timings are reported as ratios to it, never as pass/fail.
 """
 
 from __future__ import annotations
@@ -18,42 +18,34 @@ from __future__ import annotations
 import argparse
 import math
 import resource
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from exporter.analysis import rules as rule_runner  # noqa: E402
+from exporter.analysis import rulemanager as rule_runner  # noqa: E402
 from exporter.analysis.promql.labels import make  # noqa: E402
-from exporter.analysis.rulefile import groups_from_data  # noqa: E402
+from exporter.analysis.rulefile import groups_from_data, load_rule_file  # noqa: E402
 from exporter.analysis.series import Store  # noqa: E402
 from exporter.analysis.summary import summarize  # noqa: E402
+from exporter.harness.scenarios.catalog import seed_night  # noqa: E402
+from exporter.harness.scenarios.fleet import real_bounds  # noqa: E402
+from exporter.harness.scenarios.judge import promtool_timeline  # noqa: E402
 from exporter.pack.rules import render_groups  # noqa: E402
-from exporter.runtime.parser import parse  # noqa: E402
 from exporter.slo import load_slo  # noqa: E402
 
-PAGE = (ROOT / "tests" / "fixtures" / "vllm" / "after_pressure.txt").read_text()
+RULES = ROOT / "rules" / "vllm.rules.yml"
 HISTOGRAMS = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
               "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds", "vllm:request_prompt_tokens")
 
 
 def bounds(metric: str):
-    out = []
-    for s in parse(PAGE).samples:
-        if s.name == metric + "_bucket":
-            le = dict(s.labels)["le"]
-            if le not in out:
-                out.append(le)
-    return out
+    return [le for le, _ in real_bounds(metric)]
 
 
 def fleet(pods: int, days: float, scrape_s: int, seed: int = 7) -> Store:
@@ -154,26 +146,18 @@ def fleet(pods: int, days: float, scrape_s: int, seed: int = 7) -> Store:
 
 
 def promtool_baseline(tmp: Path):
-    """Wall and CPU time of one promtool run of the pack over the incident scenario's input."""
-    from promseries import RULES, rules_by_alert
-    from test_incident_scenario import BAD, ONSET, PODS, TOTAL, replica
-
-    inputs = []
-    for pod in PODS:
-        inputs += replica(pod, incident=(pod == BAD))
-    evals = [{"eval_time": f"{m}m", "alertname": a, "exp_alerts": []}
-             for m in range(ONSET - 5, TOTAL + 1) for a in sorted(rules_by_alert())]
-    doc = {"rule_files": [str(RULES)], "evaluation_interval": "1m",
-           "tests": [{"interval": "1m", "input_series": inputs, "alert_rule_test": evals}]}
-    f = tmp / "slice.yml"
-    f.write_text(yaml.safe_dump(doc, sort_keys=False, width=10_000))
+    """Wall and CPU time of one promtool run of the pack over the user's night (the harness's
+    ``seed_night``: 3 replicas, 3 hours of history and the 30-minute flood, at 1-minute steps),
+    every alert asked for at every evaluation from 5 minutes before onset."""
+    sc = seed_night(history_h=3.0, step=60.0)
+    alerts = sorted({r.name for g in load_rule_file(str(RULES)) for r in g.rules if r.kind == "alert"})
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([shutil.which("promtool"), "test", "rules", str(f)], capture_output=True, timeout=900)
+    promtool_timeline(sc, RULES, alerts, from_step=sc.onset - 5, workdir=tmp)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, len(inputs), TOTAL + 1
+    return wall, cpu, len(sc.book.series), sc.book.n - (sc.onset - 5)
 
 
 def main() -> None:

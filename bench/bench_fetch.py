@@ -25,8 +25,8 @@ import requests  # noqa: E402  (a benchmark-only dependency: pip install request
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from requests.adapters import HTTPAdapter  # noqa: E402
 
+from exporter.runtime.exposition import Parser  # noqa: E402
 from exporter.runtime.fetch import PageFetcher  # noqa: E402
-from exporter.runtime.parser import Parser  # noqa: E402
 
 # the page server: HTTP/1.1 keep-alive, the page (and its gzip) made once, so that the server's
 # own work does not vary between the two clients

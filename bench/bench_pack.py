@@ -459,7 +459,7 @@ def backfill_text(reads: Dict[str, float], series: Dict[str, list], recorded: Se
 def live_series(pods: Sequence[dict], names: Sequence[str]) -> Dict[str, List[Tuple[dict, float]]]:
     """For each raw metric name, the series the fleet serves now: (labels with the target labels
     added: job, instance, namespace, pod; value), read from every pod's pages."""
-    from exporter.runtime.parser import parse
+    from exporter.runtime.exposition import parse
 
     out: Dict[str, List[Tuple[dict, float]]] = {}
     wanted = set(names)
@@ -890,7 +890,7 @@ def main(argv=None) -> int:
         print(s, flush=True)
 
     def write(env: dict, runs: List[dict]) -> None:
-        from bench_poll import write_sections
+        from bench.bench_poll import write_sections
 
         lines: List[str] = []
         for res in runs:

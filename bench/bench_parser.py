@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from exporter.harness import pagetransform as pt  # noqa: E402
-from exporter.runtime.parser import Parser, parse  # noqa: E402
+from exporter.runtime.exposition import Parser, parse  # noqa: E402
 
 
 def best_of(fn, repeat):

@@ -1,4 +1,4 @@
-"""The long soak: days of polling over changing pages, clock injected (see tests/soak.py).
+"""The long soak: days of polling over changing pages, clock injected (see exporter/harness/soak.py).
 
     python bench/soak.py [--days N] [--interval S]
 """
@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT))
 
-from soak import run  # noqa: E402
+from exporter.harness.soak import run  # noqa: E402
 
 
 def main():

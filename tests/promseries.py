@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import yaml
 
-from exporter.runtime.parser import parse
+from exporter.runtime.exposition import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules" / "vllm.rules.yml"

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 import yaml
 
-from exporter.analysis import rules as rule_runner
+from exporter.analysis import rulemanager as rule_runner
 from exporter.analysis.promql.durations import parse_duration
 from exporter.analysis.promql.engine import Evaluator
 from exporter.analysis.promql.labels import fmt

@@ -23,7 +23,8 @@ from typing import Callable, Dict, List, Optional
 
 from conftest import ROOT, page
 from exporter.harness import pagetransform as pt
-from exporter.runtime.parser import parse
+from exporter.harness.localstack import StackError, wait_until
+from exporter.runtime.exposition import parse
 
 
 class Advancing:
@@ -44,6 +45,17 @@ def http_get(url: str, timeout: float = 5.0):
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+
+
+def scrape(url: str) -> Dict[tuple, float]:
+    """A sidecar's /metrics (``url`` its base) as {(name, sorted labels): value}."""
+    status, text = http_get(url + "/metrics")
+    assert status == 200, status
+    return {(s.name, tuple(sorted(s.labels))): s.value for s in parse(text).samples}
+
+
+def value(m: Dict[tuple, float], name: str, **labels) -> Optional[float]:
+    return m.get((name, tuple(sorted(labels.items()))))
 
 
 class SidecarProcess:
@@ -92,13 +104,9 @@ class SidecarProcess:
         return out
 
     def metrics(self) -> Dict[tuple, float]:
-        status, text = http_get(self.url + "/metrics")
-        assert status == 200, status
-        return {(s.name, tuple(sorted(s.labels))): s.value for s in parse(text).samples}
+        return scrape(self.url)
 
-    @staticmethod
-    def value(m: Dict[tuple, float], name: str, **labels) -> Optional[float]:
-        return m.get((name, tuple(sorted(labels.items()))))
+    value = staticmethod(value)
 
     def errors(self, m: Dict[tuple, float], reason: str) -> float:
         return self.value(m, "vllm_sidecar_poll_errors_total", target="vllm", reason=reason) or 0.0
@@ -114,18 +122,15 @@ class SidecarProcess:
 
     # -- waiting -------------------------------------------------------------------------------
     def wait_for(self, fn: Callable[[], object], timeout: float = 30.0, every: float = 0.05, what: str = ""):
-        end = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < end:
+        def exited() -> str:
             if self.proc.poll() is not None and not what.startswith("exit"):
-                raise AssertionError(f"the sidecar exited ({self.proc.returncode}) while waiting for {what}:\n"
-                                     + "\n".join(self.lines[-20:]))
-            last = fn()
-            if last:
-                return last
-            time.sleep(every)
-        raise AssertionError(f"not seen within {timeout:g} s: {what}; last: {last!r}\nlog tail:\n"
-                             + "\n".join(self.lines[-15:]))
+                return f"the sidecar exited ({self.proc.returncode})"
+            return ""
+        try:
+            return wait_until(fn, timeout, every, what, diag=lambda: "log tail:\n" + "\n".join(self.lines[-20:]),
+                              stop_if=exited)
+        except StackError as exc:
+            raise AssertionError(str(exc)) from None
 
     def wait_metrics(self, cond: Callable[[Dict[tuple, float]], bool], what: str, timeout: float = 30.0):
         return self.wait_for(lambda: (lambda m: m if cond(m) else None)(self.metrics()), timeout, what=what)

@@ -11,7 +11,7 @@ import yaml
 
 from conftest import ROOT
 from exporter.analysis import alerts
-from exporter.analysis import rules as rule_runner
+from exporter.analysis import rulemanager as rule_runner
 from exporter.analysis.promql.durations import DurationError, format_duration, parse_duration
 from exporter.analysis.promql.engine import Evaluator
 from exporter.analysis.promql.labels import make

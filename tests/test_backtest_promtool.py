@@ -7,7 +7,8 @@ are this project's engine's results, for every rule expression of the pack, ever
 records, and a list of targeted functions; promtool compares floats exactly, so one ulp of
 difference fails.
 
-Scenarios: the incident replay and the busy day of test_incident_scenario (the real pack); crafted
+Scenarios (the incident replay and the busy day of the real pack are compared in
+test_incident_scenario, in the same promtool run that gives their timelines): crafted
 rules for ``for``, ``keep_firing_for``, stale markers, series appearing and disappearing, counter
 resets, ``histogram_quantile`` edge cases, ``group_left`` joins and label templates; and a rule
 group that reads its own output (evaluated one step at a time).
@@ -16,12 +17,10 @@ group that reads its own output (evaluated one step at a time).
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from conftest import FIXTURES
-from promseries import RULES, counter, fmt_series, gauge, series, values
+from promseries import counter, fmt_series, gauge, series, values
 from promtool_equiv import Scenario, compare
-from test_incident_scenario import BAD, ONSET, PODS, TOTAL, replica
 
 pytestmark = pytest.mark.prometheus
 
@@ -37,30 +36,6 @@ def _assert_same(out, min_firing=0):
         assert not diff, (f"{name}: firing alerts differ at {len(diff)} evaluations, first "
                           f"{diff[0]}: backtest {mine.get(diff[0])}, promtool {theirs.get(diff[0])}")
     assert sum(len(t) for t in out.backtest.values()) >= min_firing
-
-
-def _pack_inputs(busy: bool):
-    out = []
-    for pod in PODS:
-        out += replica(pod, incident=(pod == BAD and not busy), busy_day=busy)
-    return out
-
-
-def test_the_pack_on_the_incident_and_the_busy_day_matches_promtool(tmp_path):
-    doc = yaml.safe_load(RULES.read_text())
-    exprs = [r["expr"] for g in doc["groups"] for r in g["rules"]]
-    exprs.append('{__name__=~"namespace_pod_model:.+|namespace_model:.+"}')  # everything the pack recorded
-    minutes = [ONSET - 30, ONSET, ONSET + 2, ONSET + 3, ONSET + 6, ONSET + 12, TOTAL]
-    out = compare(tmp_path, RULES, [
-        Scenario("incident", _pack_inputs(False), "1m", TOTAL * 60, 0, exprs, [m * 60 for m in minutes]),
-        Scenario("busy-day", _pack_inputs(True), "1m", TOTAL * 60, 0, exprs, [m * 60 for m in minutes[:3]]),
-    ])
-    _assert_same(out, min_firing=100)
-    assert out.backtest["busy-day"] == {}
-    assert out.expr_cases >= 500
-    # the incident's alerts all fired on the bad replica, as the scenario test expects
-    fired = {name for (_, name) in out.backtest["incident"]}
-    assert {"VLLMLongPromptSurge", "VLLMKVCacheExhausted", "VLLMTTFTHigh", "VLLMReplicaOutlier"} <= fired
 
 
 # -- crafted rules --------------------------------------------------------------------------

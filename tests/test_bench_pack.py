@@ -2,17 +2,9 @@
 changes: its fleet, its Prometheus configuration, a pod's pages, the backfill and the probe's
 fill-ins. No timing here; the figures are in docs/performance.md ("The pack on Prometheus")."""
 
-import importlib.util
-import sys
-
 import pytest
 
-from conftest import ROOT
-
-spec = importlib.util.spec_from_file_location("bench_pack", ROOT / "bench" / "bench_pack.py")
-bp = importlib.util.module_from_spec(spec)
-sys.modules["bench_pack"] = bp
-spec.loader.exec_module(bp)
+from bench import bench_pack as bp
 
 
 def test_the_fleet_has_distinct_pods_over_three_models_and_varied_load():

@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,17 +11,10 @@ import urllib.request
 import pytest
 
 from conftest import ROOT, page
+from exporter.harness.localstack import free_port
 from exporter.harness.pageserver import PageServer
 from exporter.runtime import config
 from exporter.runtime.config import ConfigError
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def run_cli(*args, env=None, timeout=20):

@@ -265,16 +265,21 @@ error_ratio: {max: 0.035}
 outlier: {throughput_factor: 0.6, ttft_factor: 2.5, min_replicas: 4}
 dashboards: {cluster_label: k8s_cluster}
 cost: {prices: {reserved: 3.25}, gpus_per_replica: 4, hours_per_month: 720, monthly_fixed: 250}
+burn_rates:
+  page:
+    - {long: 2h, short: 10m, factor: 12.5}
+    - {long: 12h, short: 45m, factor: 5.5}
+  ticket:
+    - {long: 4d, short: 8h, factor: 1.75}
 """
 
 # The defaults those keys replace, as the dashboards would print them (thresholds, text, queries).
-DEFAULT_WINDOWS = ("5m", "2m")
-DEFAULT_NUMBERS = {1.5, 3.0, 30.0, 1 / 30.0, 0.999, 0.001, 0.9, 0.95, 4000.0, 0.05, 0.3, 0.5, 2.0, 730.0, 400.0}
-# Fixed constants of the dashboards that are not SLO values, and where they may appear: the burn-rate
-# multiples and windows of VLLMErrorBudgetBurn, the error-budget stat's colour steps, the GPU
-# temperature lines, the median (quantile 0.5) of the peer comparison.
-FIXED = {"Burn rate": {6.0, 14.4, "5m"}, "Error budget left (30 days)": {0.25, 0.5},
-         "Temperature": {83.0, 90.0}}
+DEFAULT_WINDOWS = ("5m", "2m", "30m", "6h", "3d")
+DEFAULT_NUMBERS = {1.5, 3.0, 30.0, 1 / 30.0, 0.999, 0.001, 0.9, 0.95, 4000.0, 0.05, 0.3, 0.5, 2.0, 14.4, 6.0, 730.0, 400.0}
+# Fixed constants of the dashboards that are not SLO values, and where they may appear: the
+# error-budget stat's colour steps, the GPU temperature lines, the median (quantile 0.5) of the peer
+# comparison.
+FIXED = {"Error budget left (30 days)": {0.25, 0.5}, "Temperature": {83.0, 90.0}}
 
 
 def _numbers(text):
@@ -328,23 +333,27 @@ def test_nothing_of_the_default_slo_survives_another_slo(tmp_path):
                 # every recording rule is named from this SLO: its level and its rate window
                 for rec in re.findall(r"\b[a-z_]+:[a-z_]+:[a-z_]+\w*", t["expr"]):
                     assert rec.startswith((names.replica_prefix + ":", names.model_prefix + ":")), f"{where}: {rec}"
-                    if re.search(r":(rate|ratio_rate|histogram_quantile|mean)\w+$", rec) and \
-                            "vllm_availability_errors" not in rec:  # burn-rate windows are fixed
+                    if "vllm_availability_errors" in rec:  # the burn rates: the windows of this SLO's pairs
+                        assert re.search(r":ratio_rate(10m|45m|2h|12h)$", rec), f"{where}: {rec}"
+                    elif re.search(r":(rate|ratio_rate|histogram_quantile|mean)\w+$", rec):
                         assert rec.endswith("3m"), f"{where}: {rec} is not named after the 3m window"
                 assert 'k8s_cluster=~"$cluster"' in t["expr"], f"{where}: no cluster filter"
             for link in p.get("links", []):
                 assert link["url"].startswith("https://runbooks.example.org/vllm/"), link
-        text = re.sub(r"vllm_availability_errors:ratio_rate(5m|30m|1h|6h|3d)", "", json.dumps(d))  # fixed burn windows
+        text = json.dumps(d)
         assert "rate5m" not in text and "docs/runbooks" not in text
         assert not re.search(r"\bnamespace_(pod_)?model:", text)  # the default levels
         assert [v for v in d["templating"]["list"] if v["name"] == "cluster"][0]["query"]["query"] == \
             "label_values(vllm:num_requests_running, k8s_cluster)"
     # and the new values are there: thresholds, lines and text
-    expected = {1.25, 2.75, 1 / 40, 0.9975, 0.82, 0.93, 6000, 0.07, 0.42, 0.035, 0.6, 2.5, 4}
+    expected = {1.25, 2.75, 1 / 40, 0.9975, 0.82, 0.93, 6000, 0.07, 0.42, 0.035, 0.6, 2.5, 4, 12.5, 5.5, 1.75}
     missing = {x for x in expected if not any(abs(x - y) < 1e-9 for y in seen_numbers)}
     assert not missing, f"SLO values the dashboards do not show: {sorted(missing)}"
     assert any("over 3m" in p.get("description", "") for d in dashes.values() for p in d["panels"])
     assert any("every 90s window" in p.get("description", "") for d in dashes.values() for p in d["panels"])
+    burn = next(p for p in dashes["vllm-overview.json"]["panels"] if p["title"] == "Burn rate")
+    assert [t["legendFormat"] for t in burn["targets"]] == ["{{model_name}} 10m", "{{model_name}} 45m",
+                                                             "{{model_name}} 2h", "{{model_name}} 12h"]
 
 
 def test_the_other_slo_renders_valid_promql_over_names_the_rules_would_have(tmp_path):

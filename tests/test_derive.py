@@ -5,6 +5,7 @@ import math
 import pytest
 
 from exporter.harness import pagetransform as pt
+from exporter.runtime.rolling import count_at_or_below, histogram_quantile
 from exporter.runtime.signals import (
     HORIZON_SECONDS,
     MIN_SLOPE_PER_SECOND,
@@ -17,7 +18,6 @@ from exporter.runtime.signals import (
     percentile,
     seconds_to_full,
 )
-from exporter.runtime.windows import count_at_or_below, histogram_quantile
 from helpers import cfg, names, points, sample_value, snap, value
 
 M = "tiny-llama"

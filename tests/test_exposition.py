@@ -5,7 +5,7 @@ import math
 import pytest
 
 from conftest import VLLM_PAGES
-from exporter.runtime.parser import Parser, format_float, parse
+from exporter.runtime.exposition import Parser, format_float, parse
 from helpers import ours, reference, same
 
 REAL_PAGES = sorted(p.name for p in VLLM_PAGES.glob("*.txt"))

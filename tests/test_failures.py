@@ -7,65 +7,23 @@ import shutil
 import ssl
 import subprocess
 import threading
-import time
-import urllib.request
 
 import pytest
 
 from conftest import ROOT, page
-from exporter.harness import pagetransform as pt
+from exporter.harness.localstack import wait_until
 from exporter.harness.pageserver import PageServer
 from exporter.runtime import config
 from exporter.runtime.app import run_sidecar
+from exporter.runtime.exposition import parse
 from exporter.runtime.fetch import FetchError
 from exporter.runtime.fetch import PageFetcher as VllmClient
-from exporter.runtime.parser import parse
 from hostile_server import FAULTS, LEAK, HostileServer
+from sidecar_proc import Advancing, scrape
+from sidecar_proc import http_get as get
+from sidecar_proc import value as val
 
 BASE = page("after_load.txt")
-
-
-class Advancing:
-    """A vLLM page whose counters advance on every read, like a server under load."""
-
-    def __init__(self):
-        self.n = 0
-
-    def __call__(self):
-        self.n += 1
-        return pt.scale_counters(BASE, 1 + self.n * 0.01)
-
-
-def get(url, timeout=2.0):
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def scrape(url):
-    status, text = get(url + "/metrics")
-    assert status == 200
-    return {(s.name, s.labels): s.value for s in parse(text).samples}
-
-
-def val(metrics, name, **labels):
-    want = tuple(sorted(labels.items()))
-    for (n, lbl), v in metrics.items():
-        if n == name and tuple(sorted(lbl)) == want:
-            return v
-    return None
-
-
-def wait_for(fn, timeout=5.0, every=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        r = fn()
-        if r:
-            return r
-        time.sleep(every)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture
@@ -79,10 +37,11 @@ def running():
     t = threading.Thread(target=run_sidecar, args=(cfg, {}), kwargs={
         "stop": stop, "on_ready": lambda srv, sc: ready.update(server=srv, sidecar=sc)}, daemon=True)
     t.start()
-    wait_for(lambda: "server" in ready)
+    wait_until(lambda: "server" in ready, 30, 0.05, "the sidecar serving")
     host, port = ready["server"].address
     url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: val(scrape(url), "vllm_sidecar_generation_tokens_per_second", model_name="tiny-llama") is not None)
+    wait_until(lambda: val(scrape(url), "vllm_sidecar_generation_tokens_per_second", model_name="tiny-llama") is not None,
+               30, 0.05, "tokens per second")
     yield vllm, url
     stop.set()
     t.join(2)
@@ -92,11 +51,12 @@ def running():
 def test_refused_then_back(running):
     vllm, url = running
     vllm.stop()
-    m = wait_for(lambda: (lambda m: m if val(m, "vllm_sidecar_target_up", target="vllm") == 0 else None)(scrape(url)))
+    m = wait_until(lambda: (lambda m: m if val(m, "vllm_sidecar_target_up", target="vllm") == 0 else None)(scrape(url)),
+                   30, 0.05, "target_up 0")
     assert (val(m, "vllm_sidecar_poll_errors_total", target="vllm", reason="refused") or 0) >= 1
     assert get(url + "/healthz")[0] == 200
     vllm.start()
-    wait_for(lambda: val(scrape(url), "vllm_sidecar_target_up", target="vllm") == 1)
+    wait_until(lambda: val(scrape(url), "vllm_sidecar_target_up", target="vllm") == 1, 30, 0.05, "target_up 1")
 
 
 def test_sidecar_output_has_no_colons_and_no_target_labels(running):

@@ -15,16 +15,13 @@ from hypothesis import strategies as st
 
 from conftest import page as fixture_page
 from exporter.harness import pagetransform as pt
-from exporter.runtime.collectors import build_families, signal_points
-from exporter.runtime.parser import parse
-from helpers import cfg, points, sample_value, sidecar_with, value
+from exporter.runtime.collectors import signal_points
+from exporter.runtime.exposition import parse
+from helpers import cfg, points, sample_value, scraped, sidecar_with, value
 
 M = "tiny-llama"
 GEN = "vllm:generation_tokens_total"
 
-
-def scraped(pub):
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in build_families(pub) for s in f.samples}
 
 
 def up(pub):

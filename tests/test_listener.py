@@ -13,7 +13,6 @@ import ssl
 import subprocess
 import sys
 import threading
-import time
 from contextlib import closing
 
 import bcrypt
@@ -21,6 +20,7 @@ import pytest
 
 from conftest import ROOT, page
 from exporter.errors import ConfigError
+from exporter.harness.localstack import wait_until
 from exporter.runtime import webconfig
 from exporter.runtime.server import SidecarServer, accepts_gzip
 from helpers import cfg, sidecar_with
@@ -116,12 +116,7 @@ def plain(srv):
 
 
 def wait_for(cond, what, deadline=60.0):
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.01)
-    pytest.fail(f"never happened: {what}")
+    wait_until(cond, deadline, 0.01, what)
 
 
 def read_response_head(sock):

@@ -12,9 +12,8 @@ import pytest
 
 from conftest import page
 from exporter.harness import pagetransform as pt
-from exporter.runtime.collectors import build_families
-from exporter.runtime.parser import parse
-from helpers import cfg, names, sidecar_with, value
+from exporter.runtime.exposition import parse
+from helpers import cfg, names, scraped, sidecar_with, value
 
 LORA = "vllm:lora_requests_info"
 ADAPTERS = ("tiny-lora", "tiny-lora-b")
@@ -35,9 +34,6 @@ def read(clock, *texts, **kw):
         clock.advance(1)
     return pub
 
-
-def scraped(pub):
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in build_families(pub) for s in f.samples}
 
 
 def reorder(text, order):
@@ -212,7 +208,7 @@ def test_an_impossible_value_is_rejected_and_the_rest_kept(clock, bad):
 def test_the_console_shows_adapters_when_present(clock):
     import io
 
-    from exporter.runtime.console import View
+    from exporter.view.console import View
 
     view = View(io.StringIO(), tty=False)
     text = view.render(read(clock, page("lora_running.txt")))

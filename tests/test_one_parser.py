@@ -1,5 +1,5 @@
 """One of each: Prometheus durations have one parser (``exporter.slo.parse_duration``) and
-classic ``histogram_quantile`` one implementation (``exporter.runtime.windows.bucket_quantile``),
+classic ``histogram_quantile`` one implementation (``exporter.runtime.rolling.bucket_quantile``),
 shared by the SLO loader, the sidecar and the backtest's PromQL engine, with Prometheus' results."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from exporter.analysis.promql.labels import make
 from exporter.analysis.promql.parser import parse
 from exporter.analysis.series import Store
 from exporter.errors import ConfigError
-from exporter.runtime import windows
+from exporter.runtime import rolling as windows
 
 
 def test_one_duration_parser_everywhere():

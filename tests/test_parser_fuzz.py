@@ -12,8 +12,8 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from exporter.runtime.exposition import MALFORMED_REASONS, Limits, Parser, format_float, parse
 from exporter.runtime.inputs import route
-from exporter.runtime.parser import MALFORMED_REASONS, Limits, Parser, format_float, parse
 from helpers import ours, reference, same
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

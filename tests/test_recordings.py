@@ -17,7 +17,7 @@ import pytest
 
 from conftest import FIXTURES
 from exporter.harness.traces import load_trace
-from exporter.runtime.parser import parse
+from exporter.runtime.exposition import parse
 
 RECORDINGS = FIXTURES / "recordings"
 NAMES = sorted(p.parent.name for p in RECORDINGS.glob("*/meta.json"))

@@ -41,7 +41,7 @@ def test_a_replaced_pods_errors_stay_in_the_burn_windows():
     """A pod served 50 % errors for 20 minutes and was replaced: at minute 35 the 1h error ratio
     still holds its errors (the right answer is the failed share of every request in the hour)."""
     from exporter.analysis.rulefile import load_rule_file
-    from exporter.analysis.rules import run as run_rules
+    from exporter.analysis.rulemanager import run as run_rules
     from exporter.analysis.series import Store
 
     sc = churn_error_burst()

@@ -7,17 +7,10 @@ from exporter.harness.fakenvml import FakeNvml, make_gpus
 from exporter.runtime.collectors import DERIVED, POD_DERIVED, RESOLUTION, build_families
 from exporter.runtime.fetch import FetchError
 from exporter.runtime.nvml import NvmlSource
-from helpers import cfg, names, points, sample_value, sidecar_with, value
+from helpers import cfg, names, points, sample_value, scraped, sidecar_with, value
 
 M = "tiny-llama"
 
-
-def scraped(pub):
-    out = {}
-    for f in build_families(pub):
-        for s in f.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
 
 
 def test_input_missing_is_reported_per_metric(clock, after_load):

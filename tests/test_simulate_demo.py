@@ -10,9 +10,9 @@ from exporter.harness.demo import run_demo
 from exporter.harness.fakenvml import FakeNvml, make_gpus
 from exporter.harness.simulate import SimVllm, template_page
 from exporter.runtime import config
+from exporter.runtime.exposition import parse
 from exporter.runtime.inputs import normalize
 from exporter.runtime.nvml import NvmlSource
-from exporter.runtime.parser import parse
 from exporter.runtime.sidecar import Sidecar
 from helpers import points, value
 

@@ -1,7 +1,7 @@
 """A day of polling (43,200 polls at 2 s, clock injected) over changing pages: memory and series
 stay bounded. The pages and the churn are in ``soak.py``; ``bench/soak.py`` runs longer ones."""
 
-from soak import run
+from exporter.harness.soak import run
 
 
 def test_a_day_of_changing_pages_stays_bounded():

@@ -20,8 +20,8 @@ from .promql.lexer import PromQLSyntaxError
 from .promql.parser import parse
 from .promql.vector import EvalError, Vec
 from .rulefile import Group, RuleFileError, groups_from_data, load_rule_file
-from .rules import Run
-from .rules import run as run_rules
+from .rulemanager import Run
+from .rulemanager import run as run_rules
 from .series import Store
 from .sources import Loaded, SourceError, fetch_prometheus, load_file
 from .summary import Summary, summarize

@@ -57,8 +57,8 @@ from .promql.labels import Labels, drop_name, keep
 from .promql.parser import parse
 from .promql.vector import EvalError, Vec
 from .rulefile import Group, groups_from_data
-from .rules import RuleEvalError
-from .rules import run as run_rules
+from .rulemanager import RuleEvalError
+from .rulemanager import run as run_rules
 from .series import Store
 from .stats import crossing, linear_fit
 

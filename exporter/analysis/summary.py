@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from .alerts import runs
-from .rules import Run
+from .rulemanager import Run
 
 DAY_MS = 86_400_000
 

@@ -37,7 +37,7 @@ def parser() -> OneLineParser:
 
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    from ..runtime.console import InProcessSidecar, ScrapedSidecar, StartFailed, run_top
+    from ..view.console import InProcessSidecar, ScrapedSidecar, StartFailed, run_top
 
     ns = parser().parse_args(list(argv))
     if ns.refresh <= 0:

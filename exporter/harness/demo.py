@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Dict, List, Optional, TextIO
 
-from ..runtime.console import View
+from ..view.console import View
 from .simulate import SimRunner, SimVllm
 
 # seconds before the scenario's trouble starts when --onset is not given: a short normal stretch

@@ -22,11 +22,11 @@ import yaml
 
 
 def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback port free now (the kernel's choice): the one way the harness, tests and
+    benchmarks pick a port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def http_get(url: str, timeout: float = 5.0):
@@ -42,10 +42,17 @@ class WaitTimeout(StackError, TimeoutError):
     """A condition did not come true in time; the message says which, with the last value seen."""
 
 
-def wait_until(fn, timeout: float, every: float = 0.25, what: str = "condition", diag=None):
+def wait_until(fn, timeout: float, every: float = 0.25, what: str = "condition", diag=None, stop_if=None):
+    """``fn()``'s first true answer, asked every ``every`` seconds for up to ``timeout``; an
+    exception from ``fn`` counts as "not yet". ``WaitTimeout`` (saying ``what``, the last answer
+    and ``diag()``) when time runs out; ``StackError`` at once when ``stop_if()`` gives a reason
+    to stop waiting (a process that exited). The one wait of the harness, the tests and scripts."""
     end = time.monotonic() + timeout
     last = None
     while time.monotonic() < end:
+        why = stop_if() if stop_if else ""
+        if why:
+            raise StackError(f"{why} while waiting for {what}\n{diag() if diag else ''}")
         try:
             last = fn()
             if last:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..runtime.parser import format_float
+from ..runtime.exposition import format_float
 
 _SAMPLE_RE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{.*\})?\s+(?P<value>\S+)(?P<ts>\s+\S+)?\s*$")
 

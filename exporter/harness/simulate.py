@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Deque, Dict, List, Optional, Tuple
 
-from ..runtime.parser import parse
+from ..runtime.exposition import parse
 from . import pagetransform as pt
 from .fakenvml import FakeGpu
 

@@ -16,6 +16,7 @@ import yaml
 from .alerts import alert_rules
 from .context import Ctx, le_for  # noqa: F401 - le_for is part of this module's interface
 from .recording import recording_rules
+from .runbooks import act_steps, render_runbooks
 
 PLAIN_PATH = os.path.join("rules", "vllm.rules.yml")
 OPERATOR_PATH = os.path.join("deploy", "kubernetes", "base", "prometheusrule.yaml")
@@ -28,7 +29,8 @@ def render_groups(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
     values; across two groups it could read the previous interval's (and promtool's results would
     depend on which group ran first)."""
     c = Ctx(slo)
-    rules = [r.as_rule(slo["labels"]) for r in recording_rules(c)] + alert_rules(c)
+    steps = act_steps(slo) if not slo["runbook_base_url"] else {}
+    rules = [r.as_rule(slo["labels"]) for r in recording_rules(c)] + alert_rules(c, steps)
     return [{"name": GROUP, "rules": rules}]
 
 
@@ -75,8 +77,6 @@ def render_operator(slo: Dict[str, Any]) -> str:
 
 def rendered_files(slo: Dict[str, Any]) -> Dict[str, str]:
     """Relative path -> text of every file the pack renders from one SLO."""
-    from .runbooks import render_runbooks
-
     files = {PLAIN_PATH: render_plain(slo), OPERATOR_PATH: render_operator(slo)}
     files.update(render_runbooks(slo))
     return files

@@ -26,6 +26,7 @@ import re
 from importlib import resources
 from typing import Any, Callable, Dict, List, Mapping
 
+from .alerts import all_alerts
 from .context import Ctx, human_duration, le_for
 
 TEMPLATES = "runbook_templates"
@@ -91,8 +92,6 @@ class _Renderer:
 
     def _default_severity(self, rule: str) -> str:
         if self._severities is None:
-            from .alerts import all_alerts
-
             self._severities = {a.key: a.severity for a in all_alerts(self.c)}
         return self._severities[rule]
 

@@ -19,7 +19,7 @@ import ipaddress
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
 from dataclasses import fields as dc_fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit, urlunsplit
@@ -135,44 +135,8 @@ MOVED: Dict[str, str] = {
 FIELD_BY_KEY: Dict[str, Field] = {f.key: f for f in FIELDS}
 
 
-@dataclass(frozen=True)
-class Config:
-    vllm_url: str
-    listen: str
-    web_config_file: str
-    web_max_requests: int
-    web_max_connections: int
-    web_header_timeout: float
-    web_idle_timeout: float
-    poll_interval: float
-    window: float
-    gpu: str
-    dcgm_url: str
-    pod_name: str
-    pod_namespace: str
-    gpu_devices: Tuple[str, ...]
-    vllm_timeout: float
-    vllm_max_page_bytes: int
-    vllm_bearer_token: str
-    vllm_bearer_token_file: str
-    vllm_ca_file: str
-    log_format: str
-    log_level: str
-    slo: str
-    kv_warn_threshold: float
-    busy_utilization: float
-    low_throughput_fraction: float
-    throughput_floor: float
-    baseline_horizon: float
-    baseline_quantile: float
-    baseline_min_seconds: float
-    long_prompt_tokens: float
-    stall_seconds: float
-    slo_ttft_p95_seconds: float
-    slo_output_tokens_per_second: float
-    max_models: int = 16
-    max_engines: int = 64
-    max_label_values: int = 32
+class _Settings:
+    """What a ``Config`` offers besides its fields."""
 
     @property
     def metrics_url(self) -> str:
@@ -202,6 +166,14 @@ class Config:
                 v = redact_url(v)
             out[f.name] = v
         return out
+
+
+# The configuration a sidecar runs with: one frozen field per entry of FIELDS, in its order, so
+# the table above is the only list of the keys.
+_TYPES = {"float": float, "int": int, "str": str, "choice": str, "bool": bool, "list": Tuple[str, ...]}
+Config = make_dataclass("Config", [(f.key, _TYPES[f.kind]) for f in FIELDS], bases=(_Settings,), frozen=True,
+                        namespace={"__module__": __name__,
+                                   "__doc__": "The merged configuration: one field per entry of ``FIELDS``."})
 
 
 def env_name(key: str) -> str:

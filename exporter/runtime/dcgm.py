@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
+from .exposition import Parser
 from .fetch import REASONS as FETCH_REASONS
 from .fetch import FetchError, PageFetcher
 from .gpu import GpuReading, GpuState, GpuUnavailable
-from .parser import Parser
 
 BLANK = 9.0e18  # DCGM_INT64_BLANK and friends are just below 2**63
 

@@ -42,7 +42,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
-from .parser import COUNT, DEFAULT_LIMITS, Limits, Page, Parser
+from .exposition import COUNT, DEFAULT_LIMITS, Limits, Page, Parser
 
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
 

@@ -169,5 +169,13 @@ class StateLog:
     def said(self, subject: Hashable) -> Optional[Any]:
         return self._said.get(subject)
 
+    def note(self, subject: Hashable, state: Any) -> bool:
+        """Record ``state`` as said without logging it (the caller logs its own line, e.g. with a
+        traceback); True when it differs from what was last said."""
+        if self._said.get(subject, _UNSET) == state:
+            return False
+        self._said[subject] = state
+        return True
+
 
 _UNSET = object()

@@ -30,15 +30,15 @@ from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, Optional, Tuple
 
 from .config import Config
+from .exposition import MALFORMED_REASONS
 from .fetch import REASONS as VLLM_REASONS
 from .fetch import FetchError
 from .gpu import GpuState, GpuUnavailable
 from .inputs import INPUTS, Caps, Reader, Snapshot
 from .logs import StateLog, summarize
-from .parser import MALFORMED_REASONS
+from .rolling import Windows
 from .signals import Baseline, Signals, derive_view
 from .state import Published
-from .windows import Windows
 
 log = logging.getLogger("vllm_sidecar")
 
@@ -223,10 +223,9 @@ class Sidecar:
         """A failure inside the sidecar: counted and shown like any failed read; the windows
         start again from a clean state, so nothing half-updated is ever derived from."""
         name = type(exc).__name__
-        if self.states.said(("internal",)) != name:
+        if self.states.note(("internal",), name):
             log.error("poll failed inside the sidecar (%s: %s); vLLM shown down until a poll succeeds",
                       name, str(exc)[:200], exc_info=exc)
-            self.states._said[("internal",)] = name
         self._error("vllm", "internal", f"{name} inside the sidecar")
         self.windows.reset()
         self.reader = Reader(self.caps, memory=self.retention)

@@ -207,7 +207,7 @@ def value(pub, name, **labels):
 
 
 def sample(text: str, name: str, **labels) -> float:
-    from exporter.runtime.parser import parse
+    from exporter.runtime.exposition import parse
 
     return sum(s.value for s in parse(text).samples
                if s.name == name and all(dict(s.labels).get(k) == v for k, v in labels.items()))

@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ...runtime.parser import parse
+from ...runtime.exposition import parse
 from ..simulate import template_page
 from .series import Book
 

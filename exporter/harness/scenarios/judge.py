@@ -83,7 +83,7 @@ def backtest_timeline(scenario: Scenario, rules_file: Path, from_step: int = 0) 
     import numpy as np
 
     from ...analysis.rulefile import load_rule_file
-    from ...analysis.rules import run as run_rules
+    from ...analysis.rulemanager import run as run_rules
     from ...analysis.series import Store
     book = scenario.book
     if book is None:  # a recording: what a real Prometheus stored

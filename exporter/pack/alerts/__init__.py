@@ -15,35 +15,16 @@ drops the ones the SLO disables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping
 
 from ..context import Ctx
+from . import anomalies, capacity, errors, gpu, health, latency
+from .alert import Alert
 
-
-@dataclass(frozen=True)
-class Alert:
-    """One alerting rule before the SLO's settings are applied.
-
-    ``rule_id`` is its key under ``alerts:`` in the SLO file: the alert's name, or the name plus
-    a suffix when one alert has several rules (``VLLMErrorBudgetBurnPage``/``...Ticket``)."""
-
-    name: str
-    expr: str
-    severity: str
-    summary: str
-    description: str
-    rule_id: str = ""
-    labels: Dict[str, str] = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        return self.rule_id or self.name
+__all__ = ["Alert", "alert_rules", "all_alerts", "finish", "runbook_url"]
 
 
 def all_alerts(c: Ctx) -> List[Alert]:
-    from . import anomalies, capacity, errors, gpu, health, latency
-
     out: List[Alert] = []
     for module in (capacity, latency, anomalies, errors, health, gpu):
         out += module.alerts(c)
@@ -77,14 +58,11 @@ def finish(a: Alert, slo: Mapping[str, Any], steps: Mapping[str, str]) -> Dict[s
     return rule
 
 
-def alert_rules(c: Ctx) -> List[Dict[str, Any]]:
+def alert_rules(c: Ctx, steps: Mapping[str, str]) -> List[Dict[str, Any]]:
+    """Every enabled alert as Prometheus reads it; ``steps`` (alert -> its runbook's "Act" lines,
+    ``runbooks.act_steps``) go into the rule when the SLO names no runbook URL."""
     alerts = all_alerts(c)
     keys = [a.key for a in alerts]
     if len(keys) != len(set(keys)):
         raise ValueError(f"two alert rules share a key: {sorted(k for k in keys if keys.count(k) > 1)}")
-    steps = {}
-    if not c.slo["runbook_base_url"]:
-        from ..runbooks import act_steps
-
-        steps = act_steps(c.slo)
     return [finish(a, c.slo, steps) for a in alerts if c.slo["alerts"][a.key].get("enabled", True)]

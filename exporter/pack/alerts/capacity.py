@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import List
 
 from ..context import Ctx, indent, le_for
-from . import Alert
+from .alert import Alert
 
 
 def fleet_normal(c: Ctx, per_replica_model_rate: str, quantile: float = 0.0) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import List
 
 from ..context import Ctx
-from . import Alert
+from .alert import Alert
 
 
 def _burn_expr(c: Ctx, pairs, budget: float) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import List
 
 from ..context import Ctx
-from . import Alert
+from .alert import Alert
 
 
 def alerts(c: Ctx) -> List[Alert]:

@@ -4,13 +4,27 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from ...slo import seconds
 from .builder import Builder, Panel, Row, Target
 
-# VLLMErrorBudgetBurn's multiwindow burn rates (rules.py): page at 14.4x the budget rate on 1h and
-# 5m, ticket at 6x on 6h and 30m; the windows are fixed there, not SLO settings
-PAGE_BURN, TICKET_BURN = 14.4, 6
-BURN_LINES = ("5m", "1h", "6h")
 PERIOD = "30d"  # the availability objective's period
+
+
+def burn_panel_parts(slo: Dict[str, Any]):
+    """The burn-rate panel's lines and thresholds, from the SLO's ``burn_rates`` (the pairs
+    VLLMErrorBudgetBurn pages and tickets on): one line per window of a page pair (shortest
+    first), a red line at the highest page factor and an orange one at each other, and the
+    sentence that says when it pages and when it tickets."""
+    pages, tickets = slo["burn_rates"]["page"], slo["burn_rates"].get("ticket", [])
+    windows = sorted({w for p in pages for w in (p["short"], p["long"])}, key=seconds)
+    factors = sorted({p["factor"] for p in pages})
+    thresholds = tuple((f, "orange") for f in factors[:-1]) + ((factors[-1], "red"),)
+
+    def pairs(ps):
+        return ", or ".join(f"above {p['factor']:g} on {p['long']} and {p['short']}" for p in ps)
+
+    when = f"it pages {pairs(pages)}" + (f"; it opens a ticket {pairs(tickets)}" if tickets else "")
+    return windows, thresholds, when
 
 
 def overview(b: Builder) -> Dict[str, Any]:
@@ -19,6 +33,9 @@ def overview(b: Builder) -> Dict[str, Any]:
     budget = 1 - o["availability"]
     itl = 1.0 / o["output_tokens_per_second"]
     avail = "vllm_availability_errors"
+    burn_windows, burn_thresholds, burn_when = burn_panel_parts(b.slo)
+    # the 30-day figures average a ratio the pack records: the first page pair's long window
+    long_w = b.slo["burn_rates"]["page"][0]["long"]
     items = [
         Row("Traffic"),
         Panel("Requests per second", f"Finished requests per second by model (all finish reasons), over {W}.",
@@ -61,20 +78,19 @@ def overview(b: Builder) -> Dict[str, Any]:
         Row("Availability SLO"),
         Panel("Availability (30 days)", f"Share of requests without a server error, averaged over {PERIOD}; "
               f"objective {o['availability'] * 100:g}%.",
-              [Target(f"1 - avg_over_time({b.model(avail, 'ratio_rate', '1h')}[{PERIOD}])", "{{model_name}}")],
+              [Target(f"1 - avg_over_time({b.model(avail, 'ratio_rate', long_w)}[{PERIOD}])", "{{model_name}}")],
               kind="stat", unit="percentunit", w=6, decimals=3, base_color="red",
               thresholds=((o["availability"], "green"),)),
         Panel("Error budget left (30 days)", f"Share of the {PERIOD} error budget "
               f"({budget * 100:.3g}% of requests) not yet spent (1 = untouched, 0 = gone).",
-              [Target(f"1 - avg_over_time({b.model(avail, 'ratio_rate', '1h')}[{PERIOD}]) / {budget:.6g}",
+              [Target(f"1 - avg_over_time({b.model(avail, 'ratio_rate', long_w)}[{PERIOD}]) / {budget:.6g}",
                       "{{model_name}}")],
               kind="stat", unit="percentunit", w=6, decimals=1, base_color="red",
               thresholds=((0.25, "orange"), (0.5, "green"))),
-        Panel("Burn rate", f"Error ratio over the budget rate (1 = spending exactly the budget); the page fires above "
-              f"{PAGE_BURN:g} on 1h and 5m, or above {TICKET_BURN:g} on 6h and 30m.",
+        Panel("Burn rate", f"Error ratio over the budget rate (1 = spending exactly the budget); {burn_when}.",
               [Target(f"{b.model(avail, 'ratio_rate', w)} / {budget:.6g}", f"{{{{model_name}}}} {w}")
-               for w in BURN_LINES],
-              unit="short", w=12, thresholds=((TICKET_BURN, "orange"), (PAGE_BURN, "red")), threshold_style="line",
+               for w in burn_windows],
+              unit="short", w=12, thresholds=burn_thresholds, threshold_style="line",
               runbooks=("VLLMErrorBudgetBurn",)),
         Row("Alerts"),
         Panel("Firing alerts", "Alerts of this pack now pending or firing (Grafana's alert list; needs the "

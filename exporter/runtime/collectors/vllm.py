@@ -9,7 +9,8 @@ quantiles), so ``promtool check metrics`` accepts the output.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -20,10 +21,21 @@ from .base import PREFIX
 
 @dataclass(frozen=True)
 class Series:
+    """One derived series per model. ``read`` is where its value is in a ``ModelSignals``: a
+    field path (``"kv.usage"``, kept in ``at`` so the console can read the page back into the
+    same field) or, for a value made of several fields, a function."""
+
     help: str
     read: Callable[[ModelSignals], object]
     extra: Tuple[str, ...] = ()  # labels besides model_name
     summary: bool = False  # ``read`` gives a Distribution
+    at: Optional[Tuple[str, str]] = field(default=None, init=False)  # (part, field) when ``read`` is a path
+
+    def __post_init__(self) -> None:
+        if isinstance(self.read, str):
+            part, name = self.read.split(".")
+            object.__setattr__(self, "at", (part, name))
+            object.__setattr__(self, "read", attrgetter(self.read))
 
 
 def _flag(v: Optional[bool]) -> Optional[float]:
@@ -32,50 +44,50 @@ def _flag(v: Optional[bool]) -> Optional[float]:
 
 DERIVED: Dict[str, Series] = {
     "generation_tokens_per_second": Series("Output tokens per second over the window, all engines summed, counter resets handled.",
-                                           lambda m: m.throughput.generation_tokens_per_second),
+                                           "throughput.generation_tokens_per_second"),
     "prompt_tokens_per_second": Series("Prompt (prefill) tokens per second over the window.",
-                                       lambda m: m.throughput.prompt_tokens_per_second),
+                                       "throughput.prompt_tokens_per_second"),
     "requests_finished_per_second": Series("Finished requests per second over the window, by vLLM's finished_reason.",
-                                           lambda m: m.throughput.finished_per_second, ("finished_reason",)),
+                                           "throughput.finished_per_second", ("finished_reason",)),
     "request_error_ratio": Series("Requests finished with reason error over all finished requests except client aborts, over the window.",
-                                  lambda m: m.throughput.error_ratio),
+                                  "throughput.error_ratio"),
     "corrupted_requests_per_second": Series("Requests with NaN logits per second (only when vLLM counts them).",
-                                            lambda m: m.throughput.corrupted_requests_per_second),
+                                            "throughput.corrupted_requests_per_second"),
     "admission_rejections_per_second": Series("Requests rejected by vLLM's queue limits per second.",
-                                              lambda m: m.throughput.admission_rejections_per_second),
-    "preemptions_per_second": Series("Preemptions per second over the window.", lambda m: m.throughput.preemptions_per_second),
-    "kv_cache_usage_ratio": Series("KV-cache usage 0-1, the highest engine, whichever name vLLM uses.", lambda m: m.kv.usage),
+                                              "throughput.admission_rejections_per_second"),
+    "preemptions_per_second": Series("Preemptions per second over the window.", "throughput.preemptions_per_second"),
+    "kv_cache_usage_ratio": Series("KV-cache usage 0-1, the highest engine, whichever name vLLM uses.", "kv.usage"),
     "kv_cache_pressure_level": Series("0 ok, 1 elevated (usage at or above the warn threshold), 2 saturated (requests waiting for KV capacity or admissions rejected), 3 thrashing (preempting).",
-                                      lambda m: m.kv.pressure_level),
+                                      "kv.pressure_level"),
     "kv_cache_seconds_to_full": Series("Predicted seconds until the KV cache is full at the window's linear trend; only for a real rising trend: "
                                        "slope at least 0.0001/s, requests running, not already full, prediction within 3600 s; absent otherwise.",
-                                       lambda m: m.kv.seconds_to_full),
-    "requests_running": Series("Requests in the running batch, all engines summed.", lambda m: m.kv.running),
-    "requests_waiting": Series("Requests waiting to be scheduled, all engines summed.", lambda m: m.kv.waiting),
-    "requests_waiting_for_capacity": Series("Waiting requests held back for lack of KV capacity: vLLM's reason=capacity waiters (or, on older releases, every waiting request) while KV usage is at or above the warn threshold; 0 below it (they wait for the batch, not the cache).", lambda m: m.kv.waiting_for_capacity),
+                                       "kv.seconds_to_full"),
+    "requests_running": Series("Requests in the running batch, all engines summed.", "kv.running"),
+    "requests_waiting": Series("Requests waiting to be scheduled, all engines summed.", "kv.waiting"),
+    "requests_waiting_for_capacity": Series("Waiting requests held back for lack of KV capacity: vLLM's reason=capacity waiters (or, on older releases, every waiting request) while KV usage is at or above the warn threshold; 0 below it (they wait for the batch, not the cache).", "kv.waiting_for_capacity"),
     "long_prompt_requests_per_second": Series("Finished requests per second whose prompt exceeded the long-prompt threshold (interpolated inside vLLM's bucket).",
-                                              lambda m: m.prompts.long_per_second),
+                                              "prompts.long_per_second"),
     "long_prompt_request_ratio": Series("Share of finished requests whose prompt exceeded the long-prompt threshold.",
-                                        lambda m: m.prompts.long_ratio),
+                                        "prompts.long_ratio"),
     "ttft_seconds": Series("Time to first token: quantiles over the window; _sum and _count are vLLM's totals.",
-                           lambda m: m.latency.ttft, summary=True),
-    "ttft_mean_seconds": Series("Mean time to first token over the window.", lambda m: m.latency.ttft_mean),
+                           "latency.ttft", summary=True),
+    "ttft_mean_seconds": Series("Mean time to first token over the window.", "latency.ttft_mean"),
     "inter_token_latency_seconds": Series("Inter-token latency: quantiles over the window; _sum and _count are vLLM's totals.",
-                                          lambda m: m.latency.itl, summary=True),
+                                          "latency.itl", summary=True),
     "e2e_request_latency_seconds": Series("End-to-end request latency: quantiles over the window; _sum and _count are vLLM's totals.",
-                                          lambda m: m.latency.e2e, summary=True),
+                                          "latency.e2e", summary=True),
     "queue_time_seconds": Series("Time requests spent waiting: quantiles over the window; _sum and _count are vLLM's totals.",
-                                 lambda m: m.latency.queue_time, summary=True),
+                                 "latency.queue_time", summary=True),
     "prompt_length_tokens": Series("Prompt length: quantiles over the window; _sum and _count are vLLM's totals.",
-                                   lambda m: m.prompts.length, summary=True),
+                                   "prompts.length", summary=True),
     "ttft_slo_attainment_ratio": Series("Share of requests whose time to first token met the TTFT objective, over the window.",
-                                        lambda m: m.latency.ttft_slo_attainment),
+                                        "latency.ttft_slo_attainment"),
     "itl_slo_attainment_ratio": Series("Share of requests whose time per output token met the generation-speed objective, over the window.",
-                                       lambda m: m.latency.itl_slo_attainment),
+                                       "latency.itl_slo_attainment"),
     "prefix_cache_hit_ratio": Series("Prefix-cache hit tokens over queried tokens, over the window.",
-                                     lambda m: m.caches.prefix_cache_hit_ratio),
+                                     "caches.prefix_cache_hit_ratio"),
     "spec_decode_acceptance_ratio": Series("Accepted over drafted speculative tokens, over the window.",
-                                           lambda m: m.caches.spec_decode_acceptance_ratio),
+                                           "caches.spec_decode_acceptance_ratio"),
     "throughput_baseline_tokens_per_second": Series("Learned normal generation throughput of this pod while its GPUs are busy (a high percentile over the baseline horizon).",
                                                     lambda m: m.busy_low.baseline if m.busy_low else None),
     "throughput_low_threshold_tokens_per_second": Series("Throughput under which a busy pod is flagged: the baseline times the low fraction, or the floor before a baseline is learned.",

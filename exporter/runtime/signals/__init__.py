@@ -21,7 +21,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..config import Config
 from ..inputs import Snapshot
-from ..windows import View, Windows
+from ..rolling import View, Windows
 from .anomaly import Baseline, busy_low, engine_stalled, mean_utilization, percentile
 from .caches import caches, counter_ratio
 from .capacity import HORIZON_SECONDS, MIN_SLOPE_PER_SECOND, kv_and_queue, kv_pressure_level, seconds_to_full, time_to_full

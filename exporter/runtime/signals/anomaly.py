@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Deque, Dict, Iterable, Optional, Sequence, Tuple
 
 from ..inputs import Snapshot
-from ..windows import windows_over
+from ..rolling import windows_over
 from .results import BusyLow
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..windows import View
+from ..rolling import View
 from .results import Caches
 
 

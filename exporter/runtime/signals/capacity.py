@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Dict, Optional, Sequence, Tuple
 
 from ..inputs import Snapshot
-from ..windows import View, linear_slope
+from ..rolling import View, linear_slope
 from .results import KvQueue
 
 MIN_SLOPE_PER_SECOND = 1e-4

@@ -19,7 +19,7 @@ import math
 from typing import List, Optional, Tuple
 
 from ..inputs import Hist
-from ..windows import View, count_at_or_below, histogram_quantile, model_hist, prepare_buckets
+from ..rolling import View, count_at_or_below, histogram_quantile, model_hist, prepare_buckets
 from .results import QUANTILES, Distribution, Latency, Prompts
 
 

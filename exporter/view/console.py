@@ -21,9 +21,10 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
-from .gpu import THROTTLE_REASONS, GpuReading, GpuState
-from .signals import BusyLow, Caches, Distribution, KvQueue, Latency, Lora, ModelSignals, Prompts, Signals, Throughput
-from .state import Published
+from ..runtime.collectors import DERIVED
+from ..runtime.gpu import THROTTLE_REASONS, GpuReading, GpuState
+from ..runtime.signals import BusyLow, Caches, Distribution, KvQueue, Latency, Lora, ModelSignals, Prompts, Signals, Throughput
+from ..runtime.state import Published
 
 LEVELS = {0: "ok", 1: "elevated", 2: "saturated", 3: "thrashing"}
 
@@ -145,45 +146,19 @@ class View:
 # -- reading a sidecar's /metrics back into the view's state ----------------------------------------
 
 PREFIX = "vllm_sidecar_"
-# derived series (name without the prefix) -> (ModelSignals part, field); see collectors.vllm.DERIVED
-SCALARS: Dict[str, Tuple[str, str]] = {
-    "generation_tokens_per_second": ("throughput", "generation_tokens_per_second"),
-    "prompt_tokens_per_second": ("throughput", "prompt_tokens_per_second"),
-    "preemptions_per_second": ("throughput", "preemptions_per_second"),
-    "corrupted_requests_per_second": ("throughput", "corrupted_requests_per_second"),
-    "admission_rejections_per_second": ("throughput", "admission_rejections_per_second"),
-    "request_error_ratio": ("throughput", "error_ratio"),
-    "kv_cache_usage_ratio": ("kv", "usage"),
-    "kv_cache_pressure_level": ("kv", "pressure_level"),
-    "kv_cache_seconds_to_full": ("kv", "seconds_to_full"),
-    "requests_running": ("kv", "running"),
-    "requests_waiting": ("kv", "waiting"),
-    "requests_waiting_for_capacity": ("kv", "waiting_for_capacity"),
-    "long_prompt_requests_per_second": ("prompts", "long_per_second"),
-    "long_prompt_request_ratio": ("prompts", "long_ratio"),
-    "ttft_mean_seconds": ("latency", "ttft_mean"),
-    "ttft_slo_attainment_ratio": ("latency", "ttft_slo_attainment"),
-    "itl_slo_attainment_ratio": ("latency", "itl_slo_attainment"),
-    "prefix_cache_hit_ratio": ("caches", "prefix_cache_hit_ratio"),
-    "spec_decode_acceptance_ratio": ("caches", "spec_decode_acceptance_ratio"),
-}
-DISTRIBUTIONS: Dict[str, Tuple[str, str]] = {
-    "ttft_seconds": ("latency", "ttft"),
-    "inter_token_latency_seconds": ("latency", "itl"),
-    "e2e_request_latency_seconds": ("latency", "e2e"),
-    "queue_time_seconds": ("latency", "queue_time"),
-    "prompt_length_tokens": ("prompts", "length"),
-}
+# derived series (name without the prefix) -> (ModelSignals part, field), from the collectors' table
+SCALARS: Dict[str, Tuple[str, str]] = {n: s.at for n, s in DERIVED.items() if s.at and not s.summary and not s.extra}
+DISTRIBUTIONS: Dict[str, Tuple[str, str]] = {n: s.at for n, s in DERIVED.items() if s.at and s.summary}
 # read apart: requests_finished_per_second (by finished_reason), engine_stalled, and the three
 # series of "GPU busy, tokens low" (baseline, threshold, verdict)
-OTHER = ("requests_finished_per_second", "engine_stalled", "throughput_baseline_tokens_per_second",
-         "throughput_low_threshold_tokens_per_second", "gpu_busy_low_throughput")
+FINISHED = "requests_finished_per_second"
+OTHER = tuple(n for n in DERIVED if n not in SCALARS and n not in DISTRIBUTIONS)
 _PARTS = {"throughput": Throughput, "kv": KvQueue, "latency": Latency, "prompts": Prompts, "caches": Caches}
 
 
 def _lora_from(each) -> Optional[Lora]:
     """The LoRA state a page's ``lora_*`` series were rendered from (None without them)."""
-    from .signals import LoraAdapter
+    from ..runtime.signals import LoraAdapter
 
     def one(name: str) -> Optional[float]:
         vals = [v for _, v in each(name)]
@@ -209,8 +184,8 @@ def published_from_exposition(text: str, t: float) -> Published:
     """The ``Published`` state a sidecar's ``/metrics`` page (text format) was rendered from, as
     far as the page says it: every derived signal, the self-health the view and the collectors
     show, and the GPUs. (Not on the page, so not here: the GPU read errors' messages.)"""
-    from .collectors.gpu import _GPU_COUNTERS, _GPU_GAUGES
-    from .parser import parse
+    from ..runtime.collectors.gpu import _GPU_COUNTERS, _GPU_GAUGES
+    from ..runtime.exposition import parse
 
     page = parse(text)
     by_name: Dict[str, List[Tuple[Dict[str, str], float]]] = {}
@@ -238,9 +213,11 @@ def published_from_exposition(text: str, t: float) -> Published:
         for model in set(qs) | set(counts):
             part(model, where)[fld] = Distribution(tuple(sorted(qs.get(model, []))), count=counts.get(model, 0.0),
                                                    sum=sums.get(model, 0.0))
-    for labels, v in each("requests_finished_per_second"):
-        part(labels["model_name"], "throughput").setdefault("finished_per_second", {})[labels["finished_reason"]] = v
-    for key in OTHER[1:]:
+    for labels, v in each(FINISHED):
+        part(labels["model_name"], DERIVED[FINISHED].at[0]).setdefault(DERIVED[FINISHED].at[1], {})[labels["finished_reason"]] = v
+    for key in OTHER:
+        if key == FINISHED:
+            continue
         for labels, v in each(key):
             part(labels["model_name"], "other")[key] = v
     out_models = []
@@ -327,7 +304,7 @@ class InProcessSidecar:
     configured by the same flags) in a thread of this process; ``read`` gives its latest state."""
 
     def __init__(self, cfg, env: Mapping[str, str], nvml=None, ready_timeout: float = 10.0) -> None:
-        from .app import run_sidecar
+        from ..runtime.app import run_sidecar
 
         self.cfg = cfg
         self.stop_event = threading.Event()
@@ -355,7 +332,7 @@ class InProcessSidecar:
         return self.ready["sidecar"]
 
     def describe(self) -> str:
-        from .config import redact_url
+        from ..runtime.config import redact_url
 
         return (f"vLLM {redact_url(self.cfg.metrics_url)} · sidecar in this process (poll {self.cfg.poll_interval:g}s, "
                 f"window {self.cfg.window:g}s), serving {self.metrics_address}")
@@ -384,7 +361,7 @@ class InProcessSidecar:
 
     def _last_vllm_error(self) -> str:
         """The failure reason whose count rose last (``vllm_sidecar_poll_errors_total``)."""
-        from .config import redact_url
+        from ..runtime.config import redact_url
 
         counts = {r: n for (t, r), n in self.sidecar.published.errors_total if t == "vllm"}
         prev = getattr(self, "_prev_counts", {})
@@ -404,8 +381,8 @@ class ScrapedSidecar:
     """A running sidecar's /metrics, read back into its ``Published`` state on every ``read``."""
 
     def __init__(self, url: str, timeout: float = 5.0, max_bytes: int = 16 * 1024 * 1024) -> None:
-        from .config import metrics_url
-        from .fetch import PageFetcher
+        from ..runtime.config import metrics_url
+        from ..runtime.fetch import PageFetcher
 
         self.url = metrics_url(url)
         self.fetcher = PageFetcher(self.url, timeout, max_bytes)
@@ -418,7 +395,7 @@ class ScrapedSidecar:
         return None
 
     def read(self) -> Tuple[Optional[Published], Optional[str]]:
-        from .fetch import FetchError
+        from ..runtime.fetch import FetchError
 
         try:
             text = self.fetcher.fetch()

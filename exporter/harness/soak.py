@@ -22,7 +22,7 @@ from exporter.runtime.sidecar import Sidecar
 FAMILIES = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:num_preemptions_total",
             "vllm:request_success_total", "vllm:kv_cache_usage_perc", "vllm:num_requests_running",
             "vllm:num_requests_waiting", "vllm:time_to_first_token_seconds", "process_start_time_seconds")
-PAGE = Path(__file__).resolve().parent / "fixtures" / "vllm" / "after_load.txt"
+PAGE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "vllm" / "after_load.txt"
 
 
 def template() -> List[Tuple[str, float]]:
