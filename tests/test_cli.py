@@ -120,7 +120,7 @@ def _get(url):
         return None, ""
 
 
-def _wait(fn, timeout=15):
+def _wait(fn, timeout=60):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if fn():
@@ -135,7 +135,8 @@ def test_probes_logs_and_sigterm():
     e = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "exporter", "--vllm-url", f"http://user:hunter2@127.0.0.1:{vllm.port}",
-         "--listen", f"127.0.0.1:{port}", "--poll-interval", "0.1", "--window", "1", "--gpu", "none",
+         "--listen", f"127.0.0.1:{port}", "--poll-interval", "1", "--vllm-timeout", "0.95", "--window", "2",
+         "--gpu", "none",
          "--log-format", "json", "--vllm-bearer-token", "SECRET-TOKEN-123"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e, cwd=ROOT)
     try:
@@ -144,7 +145,9 @@ def test_probes_logs_and_sigterm():
         assert _wait(lambda: 'vllm_sidecar_target_up{target="vllm"} 1.0' in _get(base + "/metrics")[1])
         vllm.stop()  # vLLM dies: the probes stay green, target_up says it
         assert _wait(lambda: 'vllm_sidecar_target_up{target="vllm"} 0.0' in _get(base + "/metrics")[1])
-        time.sleep(0.6)  # several failed polls
+        # several failed polls (a poll a second, each read given 0.95 s: a loaded machine's slow read of
+        # the local page must not count as a change of state)
+        time.sleep(3)
         assert _get(base + "/healthz")[0] == 200
         assert _get(base + "/readyz")[0] == 200
         vllm.start()
