@@ -177,8 +177,13 @@ def run_sidecar(cfg: Config, env: Mapping[str, str], stop: Optional[threading.Ev
     recorder = make_recorder(cfg)
     sidecar = Sidecar(cfg, client.fetch, gpu, page_bytes=lambda: client.last_bytes, recorder=recorder)
     host, port = cfg.listen_host_port
+    flight = None
+    if recorder is not None:
+        from .flight import FlightService
+
+        flight = FlightService(recorder, sidecar.recorder_lock, flight_labels(cfg))
     try:
-        server = SidecarServer(host, port, lambda: sidecar.published, sidecar.healthy, web=web,
+        server = SidecarServer(host, port, lambda: sidecar.published, sidecar.healthy, web=web, flight=flight,
                                max_requests=cfg.web_max_requests, max_connections=cfg.web_max_connections,
                                header_timeout=cfg.web_header_timeout, idle_timeout=cfg.web_idle_timeout)
     except OSError as exc:
@@ -219,6 +224,8 @@ def run_sidecar(cfg: Config, env: Mapping[str, str], stop: Optional[threading.Ev
     finally:
         signals.restore()
     server.stop()
+    if flight is not None:
+        flight.close()
     poller.join(timeout=0.5)  # a read in flight is abandoned: the thread is a daemon
     client.close()
     if gpu is not None:

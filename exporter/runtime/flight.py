@@ -632,3 +632,95 @@ def parse_labels(text: str) -> Labels:
 
 def memory_of(obj) -> int:  # pragma: no cover - for the benchmark's cross-check
     return sys.getsizeof(obj)
+
+
+# -- serving ---------------------------------------------------------------------------------
+
+def parse_when(text: str, what: str) -> float:
+    """Unix seconds or RFC 3339 (``2026-01-02T03:04:05Z``, offsets and fractions) -> seconds."""
+    import datetime as _dt
+
+    t = text.strip()
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    try:
+        d = _dt.datetime.fromisoformat(t.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{what}: {text!r} is neither unix seconds nor RFC 3339") from None
+    if d.tzinfo is None:
+        raise ValueError(f"{what}: {text!r} has no time zone (add Z or an offset)")
+    return d.timestamp()
+
+
+class FlightService:
+    """``/debug/flight`` and ``/debug/flight/events`` for the listener: the record is taken under
+    the poll loop's lock (closing the open block: a few milliseconds) and encoded on this
+    service's own thread, never on the event loop nor on the workers that build ``/metrics``
+    bodies; one encoding at a time and one waiting, beyond that 503. The encoder yields in chunks,
+    so the thread gives the interpreter back between chunks like any other thread."""
+
+    OM_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+    def __init__(self, recorder: Recorder, lock, labels: Labels = ()) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.recorder = recorder
+        self.lock = lock
+        self.labels = labels
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="flight")
+        self.busy = 0
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def handle(self, loop, target: str, gz: bool) -> Tuple[int, bytes, str, Tuple[Tuple[str, str], ...]]:
+        if self.busy >= 2:
+            return 503, b"a flight record is being encoded, retry\n", "text/plain; charset=utf-8", (("Retry-After", "2"),)
+        self.busy += 1
+        try:
+            return await loop.run_in_executor(self._pool, self.respond, target, gz)
+        finally:
+            self.busy -= 1
+
+    def respond(self, target: str, gz: bool) -> Tuple[int, bytes, str, Tuple[Tuple[str, str], ...]]:
+        """(status, body, content type, headers) for a request target; runs on the service's thread."""
+        import json
+        from urllib.parse import parse_qs, urlsplit
+
+        parts = urlsplit(target)
+        path = parts.path.rstrip("/")
+        q = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        plain = "text/plain; charset=utf-8"
+        with self.lock:
+            blocks, events = self.recorder.snapshot()
+            stats = self.recorder.stats()
+        if path == "/debug/flight/events":
+            body = json.dumps({"labels": dict(self.labels), "recorder": stats,
+                               "events": [e.as_dict() for e in events]}, indent=1).encode() + b"\n"
+            return 200, body, "application/json", ()
+        if path != "/debug/flight":
+            return 404, b"not found\n", plain, ()
+        start, end = -math.inf, math.inf
+        try:
+            if "event" in q:
+                ev = next((e for e in events if str(e.id) == q["event"].strip()), None)
+                if ev is None:
+                    return 404, f"no event {q['event']!r} (see /debug/flight/events)\n".encode(), plain, ()
+                start, end = ev.start, ev.end
+            if "start" in q:
+                start = parse_when(q["start"], "start")
+            if "end" in q:
+                end = parse_when(q["end"], "end")
+        except ValueError as exc:
+            return 400, f"{exc}\n".encode(), plain, ()
+        if end < start:
+            return 400, b"end is before start\n", plain, ()
+        chunks = openmetrics(blocks, start, end, self.labels)
+        if gz:
+            comp = zlib.compressobj(5, zlib.DEFLATED, 31)
+            out = [comp.compress(c.encode()) for c in chunks]
+            out.append(comp.flush())
+            return 200, b"".join(out), self.OM_TYPE, (("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding"))
+        return 200, "".join(chunks).encode(), self.OM_TYPE, (("Vary", "Accept-Encoding"),)

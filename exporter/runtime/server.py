@@ -687,8 +687,9 @@ class SidecarServer:
     def __init__(self, host: str, port: int, state: Callable[[], Published], healthy: Callable[[], bool],
                  *, web: Union[WebConfigWatcher, str, None] = None, max_requests: int = 40,
                  max_connections: int = 1000, header_timeout: float = 10.0, idle_timeout: float = 120.0,
-                 backlog: int = BACKLOG) -> None:
+                 backlog: int = BACKLOG, flight=None) -> None:
         self.state = state
+        self.flight = flight  # flight.FlightService: /debug/flight*, behind the same web config as /metrics
         self.healthy = healthy
         self.ready = threading.Event()
         self.registry = make_registry(state)  # the whole registry, for callers; /metrics serves cached bodies
@@ -908,8 +909,23 @@ class SidecarServer:
                 self._spawn(self._wait_for_body(conn, e, ctype, gz, head_only))
         elif req.path == "/":
             conn.reply(200, LANDING, head_only=head_only)
+        elif self.flight is not None and req.path.rstrip("/") in ("/debug/flight", "/debug/flight/events"):
+            self._spawn(self._serve_flight(conn, req, head_only))
         else:
             conn.reply(404, b"not found\n", head_only=head_only)
+
+    async def _serve_flight(self, conn: _Conn, req: Request, head_only: bool) -> None:
+        """The flight record: encoded on the recorder's own thread, never on this loop."""
+        try:
+            gz = accepts_gzip(req.headers.get("accept-encoding", ""))
+            code, body, ctype, headers = await self.flight.handle(self._loop, req.target, gz)  # type: ignore[union-attr]
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001
+            log.exception("serving %s failed", req.path)
+            conn.reply(500, b"building the flight record failed\n", close=True)
+            return
+        conn.reply(code, body, ctype, headers, head_only=head_only)
 
     async def _wait_for_body(self, conn: _Conn, e: "_Entry", ctype: str, gz: bool, head_only: bool) -> None:
         self.inflight += 1
