@@ -9,8 +9,9 @@ The first events, per pod (from the record alone):
 
 - long prompts arriving: the first poll where ``vllm_sidecar_prompt_tokens_per_second`` is above
   twice its median over the record's first quarter (an event's record starts with the calm
-  before it: the flood seen in prompt-token throughput, before any long request finishes), and the first poll where ``vllm_sidecar_long_prompt_requests_per_second``
-  is above 0 (finished requests over the long-prompt threshold);
+  before it: the flood seen in prompt-token throughput, before any long request finishes), and
+  the first poll where ``vllm_sidecar_long_prompt_requests_per_second`` is above 0 (finished
+  requests over the long-prompt threshold);
 - the first capacity wait: ``vllm_sidecar_requests_waiting_for_capacity`` above 0;
 - the first preemption: vLLM's own ``vllm:num_preemptions_total`` higher than on the poll
   before (as read, any engine);
