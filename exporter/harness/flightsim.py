@@ -5,7 +5,7 @@ serves it. Minutes of incident in seconds of CPU; for the postmortem's tests and
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Callable, Optional, Tuple
 
 from ..runtime import config
 from ..runtime.flight import Recorder, openmetrics
@@ -18,7 +18,9 @@ from .simulate import SimVllm
 def simulated_record(scenario: str = "long-prompt-storm", seconds: float = 600.0, onset: float = 120.0,
                      poll: float = 1.0, t0: float = 1_800_000_000.0,
                      labels: Tuple[Tuple[str, str], ...] = (("namespace", "demo"), ("pod", "vllm-demo-0")),
-                     ) -> Tuple[str, Recorder]:
+                     on_poll: Optional[Callable] = None) -> Tuple[str, Recorder]:
+    """The record's text and the recorder; ``on_poll(published)`` is called after every poll (what a
+    live ``top`` showed then)."""
     gpus = make_gpus(2)
     sim = SimVllm(scenario, gpus=gpus)
     sim.scenario.onset = onset
@@ -30,7 +32,9 @@ def simulated_record(scenario: str = "long-prompt-storm", seconds: float = 600.0
     sc.baseline.spacing = 2.0
     for _ in range(int(seconds / poll)):
         sim.step(poll)
-        sc.poll_once()
+        pub = sc.poll_once()
+        if on_poll is not None:
+            on_poll(pub)
         clock[0] += poll
     blocks, _ = rec.snapshot()
     return "".join(openmetrics(blocks, labels=labels)), rec
