@@ -48,13 +48,14 @@ rules: $(VPY)
 	$(VENV)/bin/vllm-sidecar-exporter dashboards --slo rules/slo.yaml --out-dir dashboards --k8s-out deploy/kubernetes/base/grafana-dashboards.yaml \
 		--operator-out deploy/kubernetes/components/grafana-operator/grafana-dashboards.yaml
 
-# every benchmark (about 35 minutes); the poll loop's and the pack's write their sections of
+# every benchmark (about 37 minutes); the poll loop's and the pack's write their sections of
 # docs/performance.md, the listener's prints its table (its section keeps the analysis of a run)
 bench: $(VPY) deps
 	$(VPY) bench/bench_parser.py
 	$(VPY) bench/bench_fetch.py
 	$(VPY) bench/bench_poll.py --write docs/performance.md
 	$(VPY) bench/bench_listener.py
+	$(VPY) bench/bench_flight_scrape.py
 	$(VPY) bench/bench_pack.py --write docs/performance.md
 
 detection: $(VPY)

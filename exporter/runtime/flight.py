@@ -658,22 +658,43 @@ class FlightService:
     """``/debug/flight`` and ``/debug/flight/events`` for the listener: the record is taken under
     the poll loop's lock (closing the open block: a few milliseconds) and encoded on this
     service's own thread, never on the event loop nor on the workers that build ``/metrics``
-    bodies; one encoding at a time and one waiting, beyond that 503. The encoder yields in chunks,
-    so the thread gives the interpreter back between chunks like any other thread."""
+    bodies; one encoding at a time and one waiting, beyond that 503. The encoder yields in chunks
+    of about 16 KB and pauses after each (``pace``: 1.0, as long as the chunk took), so a /metrics
+    scrape waits for the interpreter at most about a chunk's time (``pace`` 0: no pause)."""
 
     OM_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
-    def __init__(self, recorder: Recorder, lock, labels: Labels = ()) -> None:
+    def __init__(self, recorder: Recorder, lock, labels: Labels = (), pace: float = 1.0,
+                 chunk_chars: int = 1 << 14) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.recorder = recorder
         self.lock = lock
         self.labels = labels
+        self.pace = pace
+        self.chunk_chars = chunk_chars
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="flight")
         self.busy = 0
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _paced(self, chunks: Iterator[str]) -> Iterator[str]:
+        """The encoder's chunks, with a pause after each of ``pace`` times the time it took: the
+        encoding thread holds the interpreter at most ``pace / (1 + pace)`` of the time and for
+        one small chunk at once, so the threads answering /metrics get it back within about a
+        chunk's time (measured: docs/performance.md, "A scrape during /debug/flight downloads")."""
+        import time as _time
+
+        if self.pace <= 0:
+            yield from chunks
+            return
+        t = _time.perf_counter()
+        for c in chunks:
+            yield c
+            now = _time.perf_counter()
+            _time.sleep((now - t) * self.pace)
+            t = _time.perf_counter()
 
     async def handle(self, loop, target: str, gz: bool) -> Tuple[int, bytes, str, Tuple[Tuple[str, str], ...]]:
         if self.busy >= 2:
@@ -717,7 +738,7 @@ class FlightService:
             return 400, f"{exc}\n".encode(), plain, ()
         if end < start:
             return 400, b"end is before start\n", plain, ()
-        chunks = openmetrics(blocks, start, end, self.labels)
+        chunks = self._paced(openmetrics(blocks, start, end, self.labels, chunk_chars=self.chunk_chars))
         if gz:
             comp = zlib.compressobj(5, zlib.DEFLATED, 31)
             out = [comp.compress(c.encode()) for c in chunks]
