@@ -48,22 +48,23 @@ test: $(VPY) deps
 
 # the live performance checks on the real CPU vLLM (capacity read from a live load ramp, the gate
 # on live `vllm bench serve` runs): their figures depend on the machine's load, so make test leaves
-# them out; about 5 minutes on an idle 2-core machine
+# them out; with the flight recorder's long real-vLLM proof, about 12 minutes on an idle 2-core machine
 e2e-perf: $(VPY) deps
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(VPY) -m pytest -q -ra -m perf tests/e2e $(PYTEST_ARGS)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VPY) -m pytest -q -ra -m 'perf or long' tests/e2e $(PYTEST_ARGS)
 
 rules: $(VPY)
 	$(VENV)/bin/vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .
 	$(VENV)/bin/vllm-sidecar-exporter dashboards --slo rules/slo.yaml --out-dir dashboards --k8s-out deploy/kubernetes/base/grafana-dashboards.yaml \
 		--operator-out deploy/kubernetes/components/grafana-operator/grafana-dashboards.yaml
 
-# every benchmark (about 35 minutes); the poll loop's and the pack's write their sections of
+# every benchmark (about 37 minutes); the poll loop's and the pack's write their sections of
 # docs/performance.md, the listener's prints its table (its section keeps the analysis of a run)
 bench: $(VPY) deps
 	$(VPY) bench/bench_parser.py
 	$(VPY) bench/bench_fetch.py
 	$(VPY) bench/bench_poll.py --write docs/performance.md
 	$(VPY) bench/bench_listener.py
+	$(VPY) bench/bench_flight_scrape.py
 	$(VPY) bench/bench_pack.py --write docs/performance.md
 
 detection: $(VPY)

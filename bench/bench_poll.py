@@ -143,7 +143,14 @@ def main():
     ap.add_argument("--polls", type=int, default=600, help="polls measured per figure")
     ap.add_argument("--soak-polls", type=int, default=20_000, help="polls between the two RSS readings")
     ap.add_argument("--write", default="", help="write the sections into this markdown file")
+    ap.add_argument("--flight-only", action="store_true", help="only the flight recorder's section")
     args = ap.parse_args()
+    if args.flight_only:
+        text = flight_section()
+        print(text)
+        if args.write:
+            write_sections(Path(args.write), text, ("## Flight recorder",))
+        return
     texts = pages()
     n = args.polls
     rows = []
@@ -252,6 +259,7 @@ def main():
     for name, share, calls in top:
         say(f"| {name} | {share * 100:.1f} % | {calls:.0f} |")
     say()
+    say(flight_section())
     say("## Memory")
     say()
     say(f"Resident set of the benchmark process at 20 polls/s (60 s window: {ring} snapshots of {totals} running "
@@ -262,8 +270,123 @@ def main():
     say()
     text = "\n".join(lines) + "\n"
     if args.write:
-        write_sections(Path(args.write), text, ("## Poll loop", "## Memory"))
+        write_sections(Path(args.write), text, ("## Poll loop", "## Flight recorder", "## Memory"))
         print(f"wrote {args.write}")
+
+
+def flight_section(polls: int = 300, rounds: int = 5) -> str:
+    """The flight recorder's cost: the same sidecar with it off and on, alternating rounds on the
+    same pages (medians), the codecs measured on one real block, and the memory after a
+    simulated day of polls every 2 s."""
+    import lzma
+    import statistics
+    import zlib
+    from array import array
+
+    from exporter.runtime.flight import Recorder, _shuffle, compress_rows
+
+    texts = pages()
+
+    def make(rec):
+        cfg = config.build({"poll_interval": 2.0, "window": 60.0, "gpu": "none"}, {})
+        clock = Clock()
+        sc = Sidecar(cfg, Cycle(texts), None, clock=clock, recorder=rec)
+
+        def poll():
+            sc.poll_once()
+            clock.t += 2.0
+        for _ in range(50):
+            poll()
+        return sc, poll
+
+    off_sc, off = make(None)
+    on_sc, on = make(Recorder())
+    offs, ons = [], []
+    for _ in range(rounds):
+        offs.append(cpu_per_call(off, polls))
+        ons.append(cpu_per_call(on, polls))
+    m_off, m_on = statistics.median(offs), statistics.median(ons)
+    # one block of 64 real polls, every codec
+    rec = Recorder(block_polls=10_000, block_seconds=1e12)
+    sc, poll = make(rec)
+    rec.flush()
+    for _ in range(64):
+        poll()
+    rows, width = list(rec._rows), rec._width
+    flat = array("d")
+    for r in rows:
+        flat.extend(r)
+    cols = array("d")
+    for j in range(width):
+        cols.extend(flat[j::width])
+    rb, cb = flat.tobytes(), cols.tobytes()
+    codecs = [("zlib 6, poll by poll (row-major)", lambda: zlib.compress(rb, 6)),
+              ("zlib 6, series by series (column-major)", lambda: zlib.compress(cb, 6)),
+              ("zlib 1, column-major, byte-shuffled", lambda: zlib.compress(_shuffle(cb), 1)),
+              ("**zlib 6, column-major, byte-shuffled (used)**", lambda: compress_rows(rows, width, 6)),
+              ("lzma 1, column-major, byte-shuffled", lambda: lzma.compress(_shuffle(cb), preset=1))]
+    table = []
+    for name, fn in codecs:
+        t0 = time.process_time()
+        for _ in range(10):
+            out = fn()
+        dt = (time.process_time() - t0) / 10
+        table.append((name, len(out) / (len(rows) * width), dt / len(rows)))
+    # Gorilla (Prometheus' XOR chunks) in pure Python: the per-value work alone, no bit writer
+    import struct
+
+    def gorilla():
+        bits = 0
+        n = len(rows)
+        for j in range(width):
+            prev = struct.unpack("<Q", struct.pack("<d", cols[j * n]))[0]
+            for v in cols[j * n + 1:(j + 1) * n]:
+                cur = struct.unpack("<Q", struct.pack("<d", v))[0]
+                x = cur ^ prev
+                if x == 0:
+                    bits += 1
+                else:
+                    lz = 64 - x.bit_length()
+                    tz = (x & -x).bit_length() - 1
+                    bits += 2 + 5 + 6 + (64 - lz - tz)
+                prev = cur
+        return b"\0" * (bits // 8)
+    t0 = time.process_time()
+    for _ in range(5):
+        g = gorilla()
+    table.append(("Gorilla XOR floats, pure Python (bit count only, no packing)", len(g) / (len(rows) * width),
+                  (time.process_time() - t0) / 5 / len(rows)))
+    # a simulated day: polls every 2 s, the page's counters moving
+    day = Recorder()
+    reader_rows = on_sc._rows
+    pub = on_sc.published
+    t = 1_800_000_000.0
+    peak = 0
+    for i in range(43_200):
+        grown = [(r, v * (1 + (i % 997) * 1e-4)) for r, v in reader_rows]
+        day.record(t, grown, pub)
+        t += 2.0
+        if i % 500 == 0:
+            peak = max(peak, day.nbytes)
+    lines = ["## Flight recorder", "",
+             f"`bench/bench_poll.py --flight-only`, {time.strftime('%Y-%m-%d')}: the default shape (a poll every 2 s, "
+             f"60 s window, the 62 KB vLLM page), CPU per poll with the recorder off and on, {rounds} alternating "
+             f"rounds of {polls} polls (medians; the machine is shared, so single rounds vary by 10 % and more):", "",
+             "| recorder | CPU per poll, ms | rounds, ms |", "| --- | ---: | --- |",
+             f"| off | {m_off * 1e3:.3f} | {', '.join(f'{x * 1e3:.2f}' for x in offs)} |",
+             f"| on (30 min, 16 MB cap) | {m_on * 1e3:.3f} | {', '.join(f'{x * 1e3:.2f}' for x in ons)} |", "",
+             f"**{(m_on / m_off - 1) * 100:+.1f} %** CPU per poll (the target: at most +10 %).", "",
+             f"The codecs on one block of {len(rows)} real polls ({width} series: {len(on_sc._rows)} vLLM inputs as "
+             "read, the rest the sidecar's own series), bytes per sample (a raw double is 8) and CPU per poll:", "",
+             "| codec | bytes per sample | CPU per poll, ms |", "| --- | ---: | ---: |"]
+    lines += [f"| {n} | {b:.3f} | {c * 1e3:.3f} |" for n, b, c in table]
+    lines += ["", "Columnar blocks with a byte shuffle and zlib win on both counts: Gorilla's per-value work in pure "
+              "Python costs more than the whole of zlib's path before a single bit is written, and compresses "
+              "worse here (most of a block's series hardly move: zlib finds the repeats across polls).", "",
+              f"Memory after a simulated day (43,200 polls every 2 s, counters moving): {day.nbytes / 1e6:.2f} MB held "
+              f"(peak {peak / 1e6:.2f} MB, cap {day.max_bytes / 1e6:.1f} MB), {day.stats()['polls']} polls in "
+              f"{len(day.blocks)} blocks: the 30-minute ring, flat.", ""]
+    return "\n".join(lines)
 
 
 def _version(dist: str) -> str:

@@ -33,6 +33,7 @@ def sidecar_output_names():
     from exporter.harness.fakenvml import FakeNvml, make_gpus
     from exporter.runtime import config
     from exporter.runtime.collectors import build_families
+    from exporter.runtime.flight import Recorder
     from exporter.runtime.nvml import NvmlSource
     from exporter.runtime.sidecar import Sidecar
 
@@ -46,7 +47,7 @@ def sidecar_output_names():
     t = [1000.0]
     it = iter(pages)
     sc = Sidecar(config.build({"window": 60, "poll_interval": 1, "stall_seconds": 5, "baseline_min_seconds": 0}, {}),
-                 lambda: next(it), NvmlSource(nv), clock=lambda: t[0])
+                 lambda: next(it), NvmlSource(nv), clock=lambda: t[0], recorder=Recorder())  # the recorder on, as by default
     sc.poll_once()
     nv.inject_xid(0, 79)
     t[0] += 10

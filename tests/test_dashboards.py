@@ -45,9 +45,15 @@ def variable_queries(d):
             yield v, q[len("label_values("):].rsplit(",", 1)[0]
 
 
+def annotation_exprs():
+    """The PromQL of every Prometheus annotation of the committed dashboards."""
+    return {a["expr"] for d in committed().values() for a in d["annotations"]["list"] if "expr" in a}
+
+
 def fill(expr, namespace=".*", model=".*", pod=".*", cluster=".*"):
     return (expr.replace("$cluster", cluster).replace("$namespace", namespace).replace("$model_name", model)
-            .replace("$pod", pod).replace("$__rate_interval", "1m").replace("$__interval", "15s"))
+            .replace("$pod", pod).replace("$__rate_interval", "1m").replace("$__interval", "15s")
+            .replace("$__range", "1h"))
 
 
 def test_committed_json_is_the_generated_output():
@@ -105,6 +111,9 @@ def test_alert_panels_link_to_runbooks(tmp_path):
         for p in d["panels"]:
             for link in p.get("links", []):
                 assert link["url"].endswith(".md")
+                if link["url"] == "https://runbooks.example.org/postmortem.md":  # docs/ next to docs/runbooks
+                    assert (ROOT / "docs" / "postmortem.md").exists()
+                    continue
                 linked.add(link["url"].rsplit("/", 1)[1][:-3])
     for name in linked:
         assert (ROOT / "docs" / "runbooks" / f"{name}.md").exists()
@@ -128,10 +137,39 @@ def test_every_query_is_valid_promql(tmp_path):
     var_series = {series for d in committed().values() for _, series in variable_queries(d)}
     for i, series in enumerate(sorted(var_series)):
         rules.append({"record": f"var:check{i}", "expr": fill(series)})
+    for i, expr in enumerate(sorted(annotation_exprs())):
+        rules.append({"record": f"annotation:check{i}", "expr": fill(expr)})
     f = tmp_path / "panels.yml"
     f.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": rules}]}))
     r = subprocess.run(["promtool", "check", "rules", str(f)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_flight_recorder_events_annotate_the_dashboards_and_list_per_pod(tmp_path):
+    """Every dashboard annotates the events the pods' flight recorders opened (one per pod and
+    kind, the dashboard's variables applied); the anomalies dashboard lists them per pod, with a
+    link per pod to how its record is fetched when a runbook URL is set."""
+    for name, d in committed().items():
+        ann = [a for a in d["annotations"]["list"] if a.get("name") == "Flight recorder events"]
+        assert len(ann) == 1, name
+        a = ann[0]
+        assert a["datasource"] == {"type": "prometheus", "uid": "${datasource}"} and a["enable"]
+        assert "increase(vllm_sidecar_flight_events_total{" in a["expr"] and a["expr"].endswith("> 0")
+        assert 'pod=~"$pod"' in a["expr"] and 'model_name' not in a["expr"]  # the counter is per pod
+        assert 'namespace=~"$namespace"' in a["expr"] and "by (namespace, pod, kind)" in a["expr"]
+        assert a["titleFormat"] == "{{kind}} on {{pod}}"
+    anomalies = committed()["vllm-anomalies.json"]
+    table = next(p for p in anomalies["panels"] if p["title"] == "Flight recorder events per pod")
+    assert table["type"] == "table" and table["targets"][0]["instant"]
+    assert "[$__range]" in table["targets"][0]["expr"] and "links" not in table["fieldConfig"]["defaults"]
+    f = tmp_path / "slo.yaml"
+    f.write_text("runbook_base_url: https://runbooks.example.org/vllm\n")
+    d = json.loads(dash_mod.render_all(load_slo(str(f)))["vllm-anomalies.json"])
+    table = next(p for p in d["panels"] if p["title"] == "Flight recorder events per pod")
+    (row_link,) = table["fieldConfig"]["defaults"]["links"]
+    assert row_link["url"] == "https://runbooks.example.org/postmortem.md#in-kubernetes"
+    assert "${__data.fields.pod}" in row_link["title"] and "${__data.fields.namespace}" in row_link["title"]
+    assert "### In Kubernetes" in (ROOT / "docs" / "postmortem.md").read_text()
 
 
 def test_every_query_reads_only_real_names():
@@ -139,6 +177,8 @@ def test_every_query_reads_only_real_names():
     for name, p, t in all_targets():
         unknown = metric_names(fill(t["expr"])) - known
         assert not unknown, f"{name} / {p['title']}: {sorted(unknown)}"
+    for expr in annotation_exprs():
+        assert not metric_names(fill(expr)) - known, expr
 
 
 class Script:
@@ -339,7 +379,8 @@ def test_nothing_of_the_default_slo_survives_another_slo(tmp_path):
                         assert rec.endswith("3m"), f"{where}: {rec} is not named after the 3m window"
                 assert 'k8s_cluster=~"$cluster"' in t["expr"], f"{where}: no cluster filter"
             for link in p.get("links", []):
-                assert link["url"].startswith("https://runbooks.example.org/vllm/"), link
+                assert link["url"].startswith("https://runbooks.example.org/vllm/") or \
+                    link["url"] == "https://runbooks.example.org/postmortem.md", link
         text = json.dumps(d)
         assert "rate5m" not in text and "docs/runbooks" not in text
         assert not re.search(r"\bnamespace_(pod_)?model:", text)  # the default levels

@@ -63,6 +63,8 @@ def broken(dashes):
     stat["options"]["colorMode"] = "rainbow"  # not one of the enum's values
     heat["options"]["tooltip"] = {"show": True, "yHistogram": True}  # the old shape the builder wrote
     panels["table"]["targets"][0]["fmt"] = "table"  # not a field of the Prometheus query (Grafana 10's model)
+    ann = next(a for a in d["annotations"]["list"] if a.get("expr"))
+    ann["useValueForTime"] = "no"  # the Prometheus annotation's own field, wrong type
     return d
 
 
@@ -104,12 +106,13 @@ def test_the_check_catches_a_broken_dashboard(results):
         assert sum(1 for e in mine if e.code == "TS2353" and "'\"show\"'" in e.message) >= 2, major
         assert caught("panel_", "TS2353", "'\"lineWidht\"' does not exist"), major
         assert caught("panel_900_options", "TS2322", '"rainbow"'), major
+        assert caught("annotation_", "TS2322", "is not assignable to type 'boolean"), major
         assert caught("panel_", "TS2353", "'\"footer\"' does not exist") == (major in ("12", "13")), major
         assert caught("panel_", "TS2353", "'\"fmt\"' does not exist") == (major == "10"), major
     # none of it hides behind the allow-list
     bad, _ = split(errs, ALLOWED)
     assert len(bad) == len([e for e in errs if not any(a.matches(e) for a in ALLOWED)])
-    assert len(bad) >= 6 * len(MAJORS) + 3  # footer on 12 and 13, fmt on 10
+    assert len(bad) >= 7 * len(MAJORS) + 3  # footer on 12 and 13, fmt on 10
 
 
 def test_every_allow_list_entry_is_needed_and_explained(results):

@@ -1,6 +1,6 @@
 """The command line: the front door above the wings. ``vllm-sidecar-exporter [flags]`` runs the
-sidecar; subcommands ``demo``, ``top``, ``rules``, ``dashboards``, ``backtest``, ``capacity`` and
-``gate``. Each subcommand's module parses its flags and calls into a wing; no wing imports this
+sidecar; subcommands ``demo``, ``top``, ``rules``, ``dashboards``, ``backtest``, ``capacity``,
+``gate`` and ``postmortem``. Each subcommand's module parses its flags and calls into a wing; no wing imports this
 package. A bad flag or configuration value exits 2 with one line that names the problem."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence
 
 
 def _subcommands() -> Dict[str, Callable[[Sequence[str], Mapping[str, str]], int]]:
-    from . import backtest, capacity, demo, gate, pack, serve, top
+    from . import backtest, capacity, demo, gate, pack, postmortem, serve, top
 
     return {
         "serve": serve.main,
@@ -22,6 +22,7 @@ def _subcommands() -> Dict[str, Callable[[Sequence[str], Mapping[str, str]], int
         "backtest": backtest.main,
         "capacity": capacity.main,
         "gate": gate.main,
+        "postmortem": postmortem.main,
     }
 
 

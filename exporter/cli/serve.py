@@ -38,7 +38,7 @@ def serve_parser() -> argparse.ArgumentParser:
                     "and GPU), top (a live terminal view), rules and dashboards (render the pack from "
                     "an SLO file), backtest (would the pack have paged over recorded or Prometheus "
                     "history), capacity (the capacity model from history), gate (a regression gate "
-                    "for a vLLM change).",
+                    "for a vLLM change), postmortem (replay sidecars' flight records).",
     )
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     add_config_flags(p)

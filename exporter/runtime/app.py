@@ -68,6 +68,30 @@ def make_gpu_source(cfg: Config, env: Mapping[str, str], nvml=None):
     return src
 
 
+def make_recorder(cfg: Config):
+    """The flight recorder the configuration asks for, or None (``flight_minutes`` 0)."""
+    if cfg.flight_minutes <= 0:
+        return None
+    from .flight import Recorder
+
+    return Recorder(cfg.flight_minutes, cfg.flight_max_bytes, event_before=cfg.flight_event_before,
+                    event_after=cfg.flight_event_after, max_events=cfg.flight_max_events)
+
+
+def flight_labels(cfg: Config):
+    """The labels /debug/flight adds to every series: ``flight_labels``, else the pod's own."""
+    from .flight import parse_labels
+
+    if cfg.flight_labels:
+        return parse_labels(cfg.flight_labels)
+    out = []
+    if cfg.pod_namespace:
+        out.append(("namespace", cfg.pod_namespace))
+    if cfg.pod_name:
+        out.append(("pod", cfg.pod_name))
+    return tuple(out)
+
+
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGQUIT")
 RELOAD_SIGNALS = ("SIGHUP",)
 IGNORED_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGPIPE")
@@ -150,10 +174,16 @@ def run_sidecar(cfg: Config, env: Mapping[str, str], stop: Optional[threading.Ev
                          f"{getattr(exc, 'strerror', None) or exc}\n")
         return 2
     gpu = make_gpu_source(cfg, env, nvml)
-    sidecar = Sidecar(cfg, client.fetch, gpu, page_bytes=lambda: client.last_bytes)
+    recorder = make_recorder(cfg)
+    sidecar = Sidecar(cfg, client.fetch, gpu, page_bytes=lambda: client.last_bytes, recorder=recorder)
     host, port = cfg.listen_host_port
+    flight = None
+    if recorder is not None:
+        from .flight import FlightService
+
+        flight = FlightService(recorder, sidecar.recorder_lock, flight_labels(cfg))
     try:
-        server = SidecarServer(host, port, lambda: sidecar.published, sidecar.healthy, web=web,
+        server = SidecarServer(host, port, lambda: sidecar.published, sidecar.healthy, web=web, flight=flight,
                                max_requests=cfg.web_max_requests, max_connections=cfg.web_max_connections,
                                header_timeout=cfg.web_header_timeout, idle_timeout=cfg.web_idle_timeout)
     except OSError as exc:
@@ -194,6 +224,8 @@ def run_sidecar(cfg: Config, env: Mapping[str, str], stop: Optional[threading.Ev
     finally:
         signals.restore()
     server.stop()
+    if flight is not None:
+        flight.close()
     poller.join(timeout=0.5)  # a read in flight is abandoned: the thread is a daemon
     client.close()
     if gpu is not None:

@@ -120,6 +120,17 @@ FIELDS: Tuple[Field, ...] = (
     Field("slo_output_tokens_per_second", "float", None, "per-request generation speed objective; "
           "the inter-token latency objective is its inverse", lo=0, lo_open=True,
           slo="objectives.output_tokens_per_second"),
+    Field("flight_minutes", "float", 30.0, "minutes of polls the flight recorder keeps in memory for "
+          "/debug/flight (0: no recorder)", lo=0, hi=24 * 60),
+    Field("flight_max_bytes", "int", 16 * 1024 * 1024, "hard cap on the flight recorder's memory, pinned "
+          "events included (bytes); over it the oldest polls go first", lo=64 * 1024, hi=1 << 34),
+    Field("flight_event_before", "float", 600.0, "seconds before an event (KV thrashing, a stall, vLLM "
+          "unreachable or restarted, a GPU XID) the recorder keeps beyond its ring", lo=0, hi=86400),
+    Field("flight_event_after", "float", 600.0, "seconds after an event the recorder keeps", lo=0, hi=86400),
+    Field("flight_max_events", "int", 16, "most events kept pinned (the oldest forgotten first)", lo=0, hi=1000),
+    Field("flight_labels", "str", "", "labels added to every series of /debug/flight so records of "
+          "several pods merge, e.g. `namespace=prod,pod=vllm-0`; empty: namespace and pod from "
+          "`--pod-namespace`/`--pod-name` when set (downward API)"),
     Field("max_models", "int", 16, "most models (model_name) taken from one vLLM page; more are left "
           "out, counted and named in the log", lo=1, hi=1024),
     Field("max_engines", "int", 64, "most data-parallel engines (engine label) taken from one vLLM "
@@ -418,6 +429,13 @@ def _cross_checks(cfg: Config, raw: Mapping[str, Tuple[Any, str]]) -> Config:
             token = parse_token(token.encode("utf-8", "surrogateescape"))
         except ValueError as exc:
             raise ConfigError(f"vllm_bearer_token (from {raw['vllm_bearer_token'][1]}): {exc}") from None
+    if cfg.flight_labels:
+        from .flight import parse_labels
+
+        try:
+            parse_labels(cfg.flight_labels)
+        except ValueError as exc:
+            raise ConfigError(f"flight_labels: {exc} (expected NAME=VALUE,...)") from None
     if cfg.vllm_ca_file and not os.path.isfile(cfg.vllm_ca_file):
         raise ConfigError(f"vllm_ca_file: {cfg.vllm_ca_file} is not a readable file")
     return Config(**{**{f.name: getattr(cfg, f.name) for f in dc_fields(cfg)}, "vllm_timeout": timeout,

@@ -32,7 +32,7 @@ The design, chosen for being simple and hard to starve:
   keep-alive one; one in the middle of a request is never pushed out, so a slowloris crowd cannot
   keep Prometheus out, nor hold more than the cap.
 - Routing is one table (``SidecarServer._make_routes``: path -> handler, guarded or not).
-  ``/healthz`` and ``/readyz`` are answered right on the loop. ``/metrics``, ``/`` and unknown
+  ``/healthz`` and ``/readyz`` are answered right on the loop. ``/metrics``, ``/debug/flight*``, ``/`` and unknown
   paths go through the web configuration (``webconfig``: rate limit, basic auth) first.
 - A ``/metrics`` body is encoded once per published state and format, on a pool of two worker
   threads, and gzip-compressed once in the same step; every scrape of that state gets the same
@@ -729,9 +729,10 @@ class SidecarServer:
     def __init__(self, host: str, port: int, state: Callable[[], Published], healthy: Callable[[], bool],
                  *, web: Union[WebConfigWatcher, str, None] = None, max_requests: int = 40,
                  max_connections: int = 1000, header_timeout: float = 10.0, idle_timeout: float = 120.0,
-                 backlog: int = BACKLOG, clock: Callable[[], float] = time.monotonic) -> None:
+                 backlog: int = BACKLOG, clock: Callable[[], float] = time.monotonic, flight=None) -> None:
         self.state = state
         self.clock = clock  # ages of bodies and encodings (tests drive it)
+        self.flight = flight  # flight.FlightService: /debug/flight*, behind the same web config as /metrics
         self.healthy = healthy
         self.ready = threading.Event()
         self.registry = make_registry(state)  # the whole registry, for callers; /metrics serves cached bodies
@@ -903,6 +904,8 @@ class SidecarServer:
             "/readyz": (self._readyz, False),
             "/metrics": (self._metrics, True),
             "/": (self._landing, True),
+            **({"/debug/flight": (self._flight, True), "/debug/flight/events": (self._flight, True)}
+               if self.flight is not None else {}),
         }
 
     def _healthz(self, conn: _Conn, req: Request, head_only: bool) -> None:
@@ -919,6 +922,9 @@ class SidecarServer:
 
     def _landing(self, conn: _Conn, req: Request, head_only: bool) -> None:
         conn.reply(200, LANDING, head_only=head_only)
+
+    def _flight(self, conn: _Conn, req: Request, head_only: bool) -> None:
+        self._spawn(self._serve_flight(conn, req, head_only))
 
     def _not_found(self, conn: _Conn, req: Request, head_only: bool) -> None:
         conn.reply(404, b"not found\n", head_only=head_only)
@@ -976,6 +982,19 @@ class SidecarServer:
                        head_only=head_only)
         else:
             self._spawn(self._wait_for_body(conn, e, ctype, gz, head_only))
+
+    async def _serve_flight(self, conn: _Conn, req: Request, head_only: bool) -> None:
+        """The flight record: encoded on the recorder's own thread, never on this loop."""
+        try:
+            gz = accepts_gzip(req.headers.get("accept-encoding", ""))
+            code, body, ctype, headers = await self.flight.handle(self._loop, req.target, gz)  # type: ignore[union-attr]
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001
+            log.exception("serving %s failed", req.path)
+            conn.reply(500, b"building the flight record failed\n", close=True)
+            return
+        conn.reply(code, body, ctype, headers, head_only=head_only)
 
     async def _wait_for_body(self, conn: _Conn, e: "_Entry", ctype: str, gz: bool, head_only: bool) -> None:
         self.inflight += 1

@@ -96,6 +96,7 @@ class Sidecar:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         page_bytes: Callable[[], int] = lambda: 0,
+        recorder=None,
     ) -> None:
         self.cfg = cfg
         self.fetch = fetch
@@ -103,6 +104,8 @@ class Sidecar:
         self.clock = clock
         self.monotonic = monotonic
         self.page_bytes = page_bytes
+        self.recorder = recorder  # flight.Recorder or None: every poll kept for /debug/flight
+        self._rows = None  # the routed rows of the last page read, for the recorder
         self.retention = max(cfg.window, cfg.stall_seconds) + 3 * cfg.poll_interval
         self.caps = Caps(cfg.max_models, cfg.max_engines, cfg.max_label_values)
         self.reader = Reader(self.caps, memory=self.retention)
@@ -127,6 +130,7 @@ class Sidecar:
         self.heartbeat = monotonic()
         self._published = Published(t=clock())
         self.polls = 0
+        self.recorder_lock = threading.Lock()  # the poll thread records, the listener reads
 
     # -- state -----------------------------------------------------------------------------
     @property
@@ -164,6 +168,7 @@ class Sidecar:
         if isinstance(text, (bytes, bytearray)):
             text = bytes(text).decode("utf-8", errors="replace")
         page, snap = self.reader.read(text, now)
+        self._rows = page.selected
         bad = dict(page.reasons)
         for reason, n in snap.rejected.items():
             bad[reason] = bad.get(reason, 0) + n
@@ -259,6 +264,7 @@ class Sidecar:
         now = self.clock()
         self.heartbeat = self.monotonic()
         snap = None
+        self._rows = None
         try:
             snap = self.poll_vllm(now)
             if snap is not None:
@@ -307,9 +313,23 @@ class Sidecar:
             poll_seconds=tuple(sorted(self.poll_seconds.items())),
             page_bytes=self.page_bytes() if snap is not None else 0,
             gpu_source=getattr(self.gpu_source, "kind", ""),
+            flight_events_total=tuple(sorted(self.recorder.events_total.items())) if self.recorder else (),
         )
         self._published = pub
+        if self.recorder is not None:
+            self._record(now, self._rows if snap is not None else None, pub)
         return pub
+
+    def _record(self, now: float, rows, pub: Published) -> None:
+        """Keep the poll in the flight recorder; a failure there never fails the poll."""
+        try:
+            with self.recorder_lock:
+                self.recorder.record(now, rows, pub)
+        except Exception as exc:  # noqa: BLE001 - logged once per kind, the poll goes on
+            name = type(exc).__name__
+            if self.states.said(("flight",)) != name:
+                log.error("flight recorder failed (%s: %s); polls go on", name, str(exc)[:200], exc_info=exc)
+                self.states._said[("flight",)] = name
 
     def _learn(self, signals: Signals, now: float) -> None:
         """Feed the baseline with busy-time throughput, never with flagged (bad) samples, nor

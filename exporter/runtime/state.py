@@ -37,6 +37,7 @@ class Published:
     page_bytes: int = 0
     version: str = __version__
     gpu_source: str = ""  # "nvml" or "dcgm": the collector that reads the gpu target
+    flight_events_total: Tuple[Tuple[str, int], ...] = ()  # flight-recorder events opened, by kind
 
     def collector_name(self, target: str) -> str:
         """The collector behind a target: vllm, or the GPU source's kind."""

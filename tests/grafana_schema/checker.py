@@ -65,6 +65,11 @@ interface ExportInput { name: string; label: string; description: string; type: 
   pluginId?: string; pluginName?: string; value?: string; }
 interface ExportRequire { type: 'grafana' | 'datasource' | 'panel'; id: string; name: string; version: string; }
 type Exported = { __inputs?: ExportInput[]; __elements?: Record<string, unknown>; __requires?: ExportRequire[] };
+// The Prometheus data source's own annotation fields (public/app/plugins/datasource/prometheus:
+// PromAnnotation's legacy fields, which its prepareAnnotation reads into the query). The dashboard
+// schema has no model of a data source's annotation fields; write_ts checks them against this.
+interface PromAnnotationFields { expr: string; step?: string; titleFormat?: string; textFormat?: string;
+  tagKeys?: string; useValueForTime?: boolean; }
 // String enums become the union of their values, so JSON strings match; nothing else changes.
 type Plain<T> = T extends string ? `${T}` : T extends number | boolean | null | undefined ? T
   : T extends ReadonlyArray<infer U> ? Array<Plain<U>> : T extends object ? { [K in keyof T]: Plain<T[K]> } : T;
@@ -174,11 +179,35 @@ def _panels(dashboard: Mapping) -> Iterable[Mapping]:
         yield from p.get("panels", []) if p.get("type") == "row" else ()
 
 
+PROM_ANNOTATION_FIELDS = ("expr", "step", "titleFormat", "textFormat", "tagKeys", "useValueForTime")
+
+
+def _split_annotations(dashboard: Mapping):
+    """The dashboard without the Prometheus data source's own fields of its annotations, and those
+    fields per annotation (index, fields), to be checked against ``PromAnnotationFields`` (the
+    value types). Only those names are taken out: any other field stays in the dashboard, where
+    the schema rejects what it does not know."""
+    import copy
+
+    d = copy.deepcopy(dict(dashboard))
+    out = []
+    for i, a in enumerate(d.get("annotations", {}).get("list", [])):
+        if (a.get("datasource") or {}).get("type") != "prometheus":
+            continue
+        fields = {k: a.pop(k) for k in list(a) if k in PROM_ANNOTATION_FIELDS}
+        if fields:
+            out.append((i, fields))
+    return d, out
+
+
 def write_ts(dashboard: Mapping, alias: str, pkg: Path) -> str:
     """One .ts file: the dashboard typed as ``Dashboard``, each panel's options and custom field
     config typed as its plugin's ``Options`` and ``FieldConfig`` where the package has them."""
     imports = [f"import type {{ Dashboard }} from '{alias}';"]
+    dashboard, prom_annotations = _split_annotations(dashboard)
     consts = [f"export const dashboard: Plain<Dashboard> & Exported = {_literal(dashboard)};"]
+    consts += [f"export const annotation_{i}_prometheus: PromAnnotationFields = {_literal(a)};"
+               for i, a in prom_annotations]
     used: Dict[str, str] = {}
     # the Prometheus query model, where the package ships it (Grafana 10's; later ones moved it out)
     prom = _plugin_module(pkg, "prometheus", "dataquery")

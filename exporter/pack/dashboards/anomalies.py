@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from .builder import FLAG_MAP, UP_MAP, Builder, Panel, Row, Target
+from .builder import FLAG_MAP, UP_MAP, Builder, Panel, Row, Target, link
 
 
 def anomalies(b: Builder) -> Dict[str, Any]:
@@ -54,6 +54,26 @@ def anomalies(b: Builder) -> Dict[str, Any]:
         Panel("Long prompts per replica", "Long prompts per second per replica (the sidecar, over its window).",
               [Target(b.s("vllm_sidecar_long_prompt_requests_per_second"), "{{pod}}")], unit="reqps", w=12,
               runbooks=("VLLMLongPromptSurge",)),
+        Row("Flight recorder: the incidents each pod kept at poll resolution"),
+        Panel("Flight recorder events per pod", "The events each pod's flight recorder opened over the dashboard's "
+              "time range, by kind (KV thrashing, a stall, vLLM unreachable or restarted, a GPU XID): each pod "
+              "kept the polls around them. Fetch them from the pod: kubectl -n NAMESPACE port-forward pod/POD "
+              "19181:9181, then GET http://127.0.0.1:19181/debug/flight/events (the list) and /debug/flight?event=ID "
+              "(the record), or vllm-sidecar-exporter postmortem --sidecar http://127.0.0.1:19181; "
+              "top --replay walks through it.",
+              [Target(b.flight_events_expr("$__range"), "{{pod}} {{kind}}", fmt="table", instant=True,
+                      empty_ok="no flight recorder event in the time range")],
+              kind="table", unit="none", w=12, decimals=0,
+              data_links=([link("${__data.fields.pod}: fetch its events (kubectl -n ${__data.fields.namespace} "
+                                "port-forward pod/${__data.fields.pod} 19181:9181; GET /debug/flight/events)",
+                                b.postmortem_doc() + "#in-kubernetes", "How to fetch this pod's flight record")]
+                          if b.postmortem_doc() else ()),
+              doc_links=([link("Postmortem from the flight recorder", b.postmortem_doc(),
+                               "Fetching a pod's record, postmortem, top --replay")] if b.postmortem_doc() else ())),
+        Panel("Flight recorder events", "Events each pod's flight recorder opened, per kind, over time (the same "
+              "events annotate the dashboards).",
+              [Target(b.flight_events_expr("$__rate_interval"), "{{pod}} {{kind}}",
+                      empty_ok="no flight recorder event in the time range")], unit="none", w=12, decimals=0),
         Row("The sidecar itself"),
         Panel("Targets up", "Whether each sidecar reads vLLM and the GPUs.",
               [Target(b.s("vllm_sidecar_target_up", False), "{{pod}} {{target}}")], kind="state-timeline",

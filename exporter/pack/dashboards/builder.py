@@ -34,6 +34,9 @@ VAR_SERIES = "vllm:num_requests_running"
 # and the dashboard schema version it writes.
 GRAFANA_MIN = "10.4.0"
 SCHEMA_VERSION = 39
+# The flight recorder's events (exporter/runtime/flight.py), counted per kind by every sidecar:
+# Grafana cannot reach the pods, so their events come to the dashboards as this counter
+FLIGHT_EVENTS = "vllm_sidecar_flight_events_total"
 PANEL_NAMES = {"timeseries": "Time series", "stat": "Stat", "state-timeline": "State timeline",
                "heatmap": "Heatmap", "table": "Table", "alertlist": "Alert list"}
 
@@ -66,6 +69,8 @@ class Panel:
     decimals: Optional[int] = None
     stack: bool = False
     transformations: Sequence[dict] = ()
+    data_links: Sequence[dict] = ()  # per value (row, series): fieldConfig.defaults.links
+    doc_links: Sequence[dict] = ()  # panel links besides the runbooks'
 
 
 @dataclass
@@ -142,7 +147,30 @@ class Builder:
 
     # -- the dashboard ---------------------------------------------------------------------------
 
-    def dashboard(self, uid: str, title: str, description: str, items: Sequence[Any]) -> Dict[str, Any]:
+    def postmortem_doc(self) -> str:
+        """docs/postmortem.md next to the runbooks (``runbook_base_url`` is docs/runbooks), or ""."""
+        return self.runbook_base.rsplit("/", 1)[0] + "/postmortem.md" if self.runbook_base else ""
+
+    def flight_events_expr(self, window: str = "$__interval") -> str:
+        """The flight-recorder events each pod opened over ``window``, per kind (only those > 0)."""
+        return (f"sum by (namespace, pod, kind) (increase({self.s(FLIGHT_EVENTS, False)}[{window}])) > 0")
+
+    def flight_annotation(self) -> Dict[str, Any]:
+        """An annotation on every event the pods' flight recorders pinned (KV thrashing, a stall,
+        vLLM unreachable or restarted, a GPU XID), one per pod and kind. The Prometheus data
+        source's own annotation fields (expr, step, titleFormat, tagKeys, textFormat,
+        useValueForTime), which its prepareAnnotation reads; Grafana's dashboard schema does not
+        model a data source's annotation fields (tests/grafana_schema/checker.py checks them)."""
+        return {"datasource": DS, "enable": True, "hide": False, "iconColor": "orange",
+                "name": "Flight recorder events", "expr": self.flight_events_expr("$__interval"), "step": "1m",
+                "titleFormat": "{{kind}} on {{pod}}", "tagKeys": "namespace,pod,kind",
+                "textFormat": "The pod's flight recorder pinned the polls around it: "
+                              "GET /debug/flight?start=&end= on the pod (docs/postmortem.md)",
+                "useValueForTime": False}
+
+    def dashboard(self, uid: str, title: str, description: str, items: Sequence[Any],
+                  flight: bool = True) -> Dict[str, Any]:
+        """``flight``: annotate the flight recorders' events (``flight_annotation``)."""
         panels: List[Dict[str, Any]] = []
         x = y = row_h = 0
         pid = 1
@@ -183,7 +211,8 @@ class Builder:
                        "tooltip": "The other vLLM dashboards, with the same variables and time range"}],
             "annotations": {"list": [{"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
                                       "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
-                                      "name": "Annotations & Alerts", "type": "dashboard"}]},
+                                      "name": "Annotations & Alerts", "type": "dashboard"}]
+                            + ([self.flight_annotation()] if flight else [])},
             "templating": {"list": self.variables()},
             "panels": panels,
         }
@@ -250,6 +279,8 @@ class Builder:
                 defaults[key] = getattr(p, key)
         if p.mappings:
             defaults["mappings"] = list(p.mappings)
+        if p.data_links:
+            defaults["links"] = list(p.data_links)
         if p.kind == "timeseries":
             defaults["custom"] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10, "showPoints": "never",
                                   "spanNulls": False, "thresholdsStyle": {"mode": p.threshold_style},
@@ -262,9 +293,11 @@ class Builder:
         }
         if p.transformations:
             out["transformations"] = list(p.transformations)
+        links = list(p.doc_links)
         if p.runbooks and self.runbook_base:  # no runbook URL configured: no link to nowhere
-            out["links"] = [link(f"Runbook: {a}", self.runbook(a), f"What to do when {a} fires")
-                            for a in p.runbooks]
+            links += [link(f"Runbook: {a}", self.runbook(a), f"What to do when {a} fires") for a in p.runbooks]
+        if links:
+            out["links"] = links
         return out
 
     @staticmethod

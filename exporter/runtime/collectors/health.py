@@ -74,6 +74,13 @@ def families(pub: Published) -> List[Metric]:
                        "behind one URL, e.g. a Service): point the sidecar at the pod's own port.")
         multi.add_metric([], 1 if pub.vllm_multiple_processes else 0)
         out.append(multi)
+    if pub.flight_events_total:
+        fl = _counter("flight_events", "Incidents the flight recorder pinned (its window kept beyond the ring), by kind "
+                      "(kv_thrashing, engine_stalled, vllm_unreachable, vllm_restarted, gpu_xid); /debug/flight/events "
+                      "lists them.", ["kind"])
+        for kind, n in pub.flight_events_total:
+            fl.add_metric([kind], n)
+        out.append(fl)
     dur = _gauge("poll_duration_seconds", "How long the last read of the target took.", ["target"])
     for target, secs in pub.poll_seconds:
         dur.add_metric([target], secs)

@@ -1,0 +1,180 @@
+"""Is a /metrics scrape slowed by a large /debug/flight? Scrape latency with and without
+concurrent flight-record downloads, from the same sidecar in the same run.
+
+    python bench/bench_flight_scrape.py [--minutes 30] [--rounds 4] [--seconds 15] [--downloaders 2]
+        [--pace P --chunk-chars N]   (``--pace 0 --chunk-chars 65536``: the encoder unpaced, as first written)
+
+The sidecar: the real ``Sidecar`` with its flight recorder, 2 stand-in GPUs and a real vLLM page
+(tests/fixtures/vllm/after_load.txt, counters advancing); its recorder is first filled with
+``--minutes`` of polls at one per second (a fake clock: the record a pod holds after that long),
+then a poll thread goes on polling every second on the real clock while the real listener
+(``SidecarServer`` with its ``FlightService``) serves, all in this process (one GIL, as in a pod).
+
+The load, from child processes (their own GIL, as Prometheus and kubectl are): one scraper asks
+for /metrics every 50 ms (Prometheus' Accept and Accept-Encoding headers, keep-alive) and records
+each latency; in the "downloads" rounds ``--downloaders`` processes also fetch the whole
+/debug/flight (gzip) back to back, the worst an on-call engineer and a postmortem loop can do.
+Rounds alternate quiet / downloads, so the machine's load drifts the same for both.
+
+Reported: scrape latency p50/p95/p99/max per kind of round, the ratio downloads/quiet, the
+record's size and the download times, the polls the sidecar missed. Not a test: nothing asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ACCEPT = ("application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1")
+
+
+def _scraper(url, seconds, out):
+    import requests
+
+    s = requests.Session()
+    lat = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t0 = time.perf_counter()
+        r = s.get(url + "/metrics", headers={"Accept": ACCEPT, "Accept-Encoding": "gzip"}, timeout=30)
+        lat.append(time.perf_counter() - t0)
+        assert r.status_code == 200
+        time.sleep(0.05)
+    out.put(("scrape", lat))
+
+
+def _downloader(url, seconds, out):
+    import requests
+
+    s = requests.Session()
+    got = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t0 = time.perf_counter()
+        r = s.get(url + "/debug/flight", headers={"Accept-Encoding": "gzip"}, timeout=600, stream=True)
+        n = sum(len(c) for c in r.raw.stream(1 << 16, decode_content=False))
+        got.append((time.perf_counter() - t0, n, r.status_code))
+    out.put(("download", got))
+
+
+def q(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minutes", type=float, default=30.0, help="minutes of polls in the record (default 30)")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds of each kind (default 4)")
+    ap.add_argument("--seconds", type=float, default=15.0, help="seconds per round (default 15)")
+    ap.add_argument("--downloaders", type=int, default=2)
+    ap.add_argument("--pace", type=float, default=None, help="FlightService's pace (default: its own, 1.0; 0: none)")
+    ap.add_argument("--chunk-chars", type=int, default=None, help="FlightService's chunk size (default: its own)")
+    ns = ap.parse_args()
+
+    from exporter.harness import pagetransform as pt
+    from exporter.harness.fakenvml import FakeNvml, make_gpus
+    from exporter.runtime import config
+    from exporter.runtime.flight import FlightService, Recorder
+    from exporter.runtime.nvml import NvmlSource
+    from exporter.runtime.server import SidecarServer
+    from exporter.runtime.sidecar import Sidecar
+
+    base = (ROOT / "tests" / "fixtures" / "vllm" / "after_load.txt").read_text()
+    n = [0]
+
+    def page():
+        n[0] += 1
+        return pt.scale_counters(base, 1 + n[0] * 0.001)
+
+    polls = int(ns.minutes * 60)
+    clock = [time.time() - polls]
+    live = [False]
+    cfg = config.build({"poll_interval": 1, "window": 60, "gpu": "nvml"}, {})
+    rec = Recorder(minutes=ns.minutes + 5)
+    sc = Sidecar(cfg, page, NvmlSource(FakeNvml(make_gpus(2))), clock=lambda: time.time() if live[0] else clock[0],
+                 recorder=rec)
+    t0 = time.perf_counter()
+    for _ in range(polls):
+        sc.poll_once()
+        clock[0] += 1
+    fill_s = time.perf_counter() - t0
+    live[0] = True
+    stats = rec.stats()
+    kw = {k: v for k, v in (("pace", ns.pace), ("chunk_chars", ns.chunk_chars)) if v is not None}
+    flight = FlightService(rec, sc.recorder_lock, (("namespace", "bench"), ("pod", "vllm-0")), **kw)
+    print(f"FlightService pace {flight.pace:g}, chunks of {flight.chunk_chars} characters")
+    srv = SidecarServer("127.0.0.1", 0, lambda: sc.published, lambda: True, flight=flight)
+    srv.start()
+    url = f"http://127.0.0.1:{srv.address[1]}"
+    stop = threading.Event()
+    missed = [0, 0]  # polls, polls started more than 1.5 s after the previous one
+
+    def poller():
+        last = time.monotonic()
+        while not stop.wait(max(0.0, 1.0 - (time.monotonic() - last))):
+            now = time.monotonic()
+            missed[0] += 1
+            missed[1] += now - last > 1.5
+            last = now
+            sc.poll_once()
+
+    th = threading.Thread(target=poller, daemon=True)
+    th.start()
+    ctx = mp.get_context("spawn")
+    res = {"quiet": [], "downloads": []}
+    downloads = []
+    try:
+        for r in range(ns.rounds * 2):
+            kind = "quiet" if r % 2 == 0 else "downloads"
+            out = ctx.Queue()
+            procs = [ctx.Process(target=_scraper, args=(url, ns.seconds, out))]
+            if kind == "downloads":
+                procs += [ctx.Process(target=_downloader, args=(url, ns.seconds, out)) for _ in range(ns.downloaders)]
+            for p in procs:
+                p.start()
+            for _ in procs:
+                what, data = out.get(timeout=ns.seconds + 900)
+                (res[kind] if what == "scrape" else downloads).extend(data)
+            for p in procs:
+                p.join(60)
+            print(f"round {r + 1}: {kind}: {len(res[kind])} scrapes so far", file=sys.stderr)
+    finally:
+        stop.set()
+        th.join(5)
+        srv.stop()
+        flight.close()
+
+    def row(kind):
+        xs = res[kind]
+        return (f"| {kind} | {len(xs)} | {q(xs, 0.5) * 1000:.1f} | {q(xs, 0.95) * 1000:.1f} | "
+                f"{q(xs, 0.99) * 1000:.1f} | {max(xs) * 1000:.1f} |")
+
+    ok = [d for d in downloads if d[2] == 200]
+    busy = [d for d in downloads if d[2] == 503]
+    print(f"record: {stats['polls']} polls ({ns.minutes:g} min at 1 s), {stats['bytes'] / 2**20:.2f} MiB held, "
+          f"filled in {fill_s:.0f} s")
+    print(f"downloads: {len(ok)} of the whole record, gzip {statistics.median([d[1] for d in ok]) / 2**20:.1f} MiB each, "
+          f"{statistics.median([d[0] for d in ok]):.1f} s median (max {max(d[0] for d in ok):.1f} s); "
+          f"{len(busy)} answered 503 (one encoding at a time, one waiting)" if ok else "downloads: none finished")
+    print(f"polls during the rounds: {missed[0]}, late by more than 0.5 s: {missed[1]}")
+    print()
+    print("| rounds | scrapes | p50 ms | p95 ms | p99 ms | max ms |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print(row("quiet"))
+    print(row("downloads"))
+    a, b = res["quiet"], res["downloads"]
+    print(f"\nratio downloads/quiet: p50 {q(b, .5) / q(a, .5):.2f}, p95 {q(b, .95) / q(a, .95):.2f}, "
+          f"p99 {q(b, .99) / q(a, .99):.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""The postmortem of an incident from sidecars' flight records: the order of first events as the
+sidecar saw them, the alerts the pack fires at poll resolution and at Prometheus' resolution
+(the record resampled as a 15 s scrape would have stored it), a timeline and the runbook steps
+of what fired. Nothing here prints or fetches: ``exporter.cli.postmortem`` does.
+
+Records from several pods merge: each carries its pod's labels (``namespace``, ``pod``).
+
+The first events, per pod (from the record alone):
+
+- long prompts arriving: the first poll where ``vllm_sidecar_prompt_tokens_per_second`` is above
+  twice its median over the record's first quarter (an event's record starts with the calm
+  before it: the flood seen in prompt-token throughput, before any long request finishes), and
+  the first poll where ``vllm_sidecar_long_prompt_requests_per_second`` is above 0 (finished
+  requests over the long-prompt threshold);
+- the first capacity wait: ``vllm_sidecar_requests_waiting_for_capacity`` above 0;
+- the first preemption: vLLM's own ``vllm:num_preemptions_total`` higher than on the poll
+  before (as read, any engine);
+- peak KV: the highest ``vllm:kv_cache_usage_perc`` (or ``vllm:gpu_cache_usage_perc``) read;
+- the first SLO miss: TTFT p95 (``vllm_sidecar_ttft_seconds{quantile="0.95"}``) over the SLO's
+  objective.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .promql.labels import NAME, make
+from .series import Store
+from .sources import load_openmetrics
+
+PROMETHEUS_SCRAPE_MS = 15_000
+RUNBOOKS = Path(__file__).resolve().parent.parent.parent / "docs" / "runbooks"
+
+
+@dataclass
+class FirstEvent:
+    what: str
+    pod: str
+    t_ms: int
+    value: float
+    detail: str = ""
+
+
+@dataclass
+class AlertRow:
+    alertname: str
+    identity: str
+    severity: str
+    first_sidecar_ms: Optional[int]
+    first_prometheus_ms: Optional[int]
+    firing_sidecar_ms: int = 0
+    firing_prometheus_ms: int = 0
+
+
+@dataclass
+class Postmortem:
+    pods: List[str]
+    start_ms: int
+    end_ms: int
+    poll_ms: int
+    samples: int
+    series: int
+    first_events: List[FirstEvent]
+    alerts: List[AlertRow]
+    runbooks: Dict[str, List[str]] = field(default_factory=dict)
+    notes: List[str] = field(default_factory=list)
+
+
+def merge_records(records: Sequence[Tuple[str, bytes]]) -> Store:
+    """Several OpenMetrics records (name, bytes; gzip allowed) into one store."""
+    store = Store()
+    for name, data in records:
+        loaded = load_openmetrics(data, name)
+        for s in loaded.store:
+            t, v = s.without_stale()
+            store.add(s.labels, list(t), list(v))
+    return store
+
+
+def write_openmetrics(store: Store, path: Path) -> None:
+    """A store as OpenMetrics with timestamps (what backtest --file and promtool take), gzip."""
+    fams: Dict[str, list] = {}
+    for s in store:
+        fams.setdefault(dict(s.labels)[NAME], []).append(s)
+    with gzip.open(path, "wt", encoding="utf-8", compresslevel=5) as fh:
+        for name in sorted(fams):
+            fh.write(f"# TYPE {name} unknown\n")
+            for s in sorted(fams[name], key=lambda s: s.labels):
+                lab = ",".join(f'{k}="{_esc(v)}"' for k, v in s.labels if k != NAME)
+                head = f"{name}{{{lab}}} " if lab else f"{name} "
+                t, v = s.without_stale()
+                fh.write("".join(f"{head}{_fmt(x)} {ms / 1000:.3f}\n" for ms, x in zip(t.tolist(), v.tolist())))
+        fh.write("# EOF\n")
+
+
+def _esc(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _fmt(v: float) -> str:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return repr(float(v))
+
+
+def resample(store: Store, step_ms: int = PROMETHEUS_SCRAPE_MS) -> Store:
+    """What a scrape every ``step_ms`` would have stored: at each grid time the newest sample at or
+    before it (the value the sidecar served then)."""
+    out = Store()
+    first, last = store.time_range()
+    if first is None:
+        return out
+    grid = np.arange(-(-first // step_ms) * step_ms, last + 1, step_ms, dtype=np.int64)
+    for s in store:
+        t, v = s.without_stale()
+        if not len(t):
+            continue
+        idx = np.searchsorted(t, grid, side="right") - 1
+        ok = idx >= 0
+        # a series that vanished is not scraped forever: only up to one poll gap after its last sample
+        gap = np.diff(t).max() if len(t) > 1 else step_ms
+        ok &= grid - t[np.clip(idx, 0, None)] <= max(gap, step_ms)
+        if ok.any():
+            out.add(s.labels, grid[ok].tolist(), v[idx[ok]].tolist())
+    return out
+
+
+def poll_interval_ms(store: Store) -> int:
+    diffs = []
+    for s in store:
+        t, _ = s.without_stale()
+        if len(t) > 2:
+            diffs.append(int(np.median(np.diff(t))))
+        if len(diffs) > 50:
+            break
+    return max(1, int(np.median(diffs))) if diffs else 1000
+
+
+def _pod(labels) -> str:
+    d = dict(labels)
+    return "/".join(x for x in (d.get("namespace", ""), d.get("pod", "")) if x) or "(no pod label)"
+
+
+def _series(store: Store, name: str, **match) -> List[Tuple[str, np.ndarray, np.ndarray, dict]]:
+    out = []
+    for s in store:
+        d = dict(s.labels)
+        if d.get(NAME) != name or any(d.get(k) != v for k, v in match.items()):
+            continue
+        t, v = s.without_stale()
+        out.append((_pod(s.labels), t, v, d))
+    return out
+
+
+def _first(store, name, pred, what, detail="", **match) -> List[FirstEvent]:
+    best: Dict[str, FirstEvent] = {}
+    for pod, t, v, _d in _series(store, name, **match):
+        hit = np.nonzero(pred(t, v))[0]
+        if len(hit):
+            i = int(hit[0])
+            if pod not in best or t[i] < best[pod].t_ms:
+                best[pod] = FirstEvent(what, pod, int(t[i]), float(v[i]), detail)
+    return list(best.values())
+
+
+def first_events(store: Store, slo: dict) -> List[FirstEvent]:
+    out: List[FirstEvent] = []
+    for pod, t, v, _ in _series(store, "vllm_sidecar_prompt_tokens_per_second"):
+        calm = v[: max(1, len(v) // 4)]
+        med = float(np.median(calm)) if len(v) else 0.0
+        hit = np.nonzero(v > 2 * med)[0] if med > 0 else np.nonzero(v > 0)[0]
+        if len(hit):
+            i = int(hit[0])
+            out.append(FirstEvent("long prompts arriving (prompt tokens/s over twice the first quarter's median)",
+                                  pod, int(t[i]), float(v[i]), f"median {med:.0f} tokens/s"))
+    out += _first(store, "vllm_sidecar_long_prompt_requests_per_second", lambda t, v: v > 0,
+                  "long prompts finished (over the long-prompt threshold)")
+    out += _first(store, "vllm_sidecar_requests_waiting_for_capacity", lambda t, v: v > 0,
+                  "first request waiting for KV capacity")
+    out += _first(store, "vllm:num_preemptions_total",
+                  lambda t, v: np.concatenate([[False], np.diff(v) > 0]), "first preemption (vLLM's counter rose)")
+    for name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
+        peaks: Dict[str, FirstEvent] = {}
+        for pod, t, v, _ in _series(store, name):
+            if len(v):
+                i = int(np.argmax(v))
+                if pod not in peaks or v[i] > peaks[pod].value:
+                    peaks[pod] = FirstEvent("peak KV-cache usage (as vLLM reported it)", pod, int(t[i]), float(v[i]))
+        out += list(peaks.values())
+        if peaks:
+            break
+    objective = float(slo.get("objectives", {}).get("ttft_p95_seconds", math.inf))
+    out += _first(store, "vllm_sidecar_ttft_seconds", lambda t, v: v > objective,
+                  "first SLO miss (TTFT p95 over the objective)", f"objective {objective:g} s", quantile="0.95")
+    out.sort(key=lambda e: (e.t_ms, e.pod, e.what))
+    return out
+
+
+def runbook_steps(alertname: str) -> List[str]:
+    """The ``## Act`` bullets of the alert's runbook (docs/runbooks), first lines only."""
+    path = RUNBOOKS / f"{alertname}.md"
+    if not path.exists():
+        return []
+    text = path.read_text()
+    m = re.search(r"^## Act\s*\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    if not m:
+        return []
+    return [ln[2:].strip() for ln in m.group(1).splitlines() if ln.startswith("- ")]
+
+
+def _alert_rows(sidecar_summary, prom_summary) -> List[AlertRow]:
+    rows: Dict[Tuple[str, str], AlertRow] = {}
+
+    def ident(a) -> str:
+        return ", ".join(f"{k}={v}" for k, v in sorted(a.identity.items()))
+
+    for which, summ in (("sidecar", sidecar_summary), ("prometheus", prom_summary)):
+        for a in summ.alerts:
+            if not a.episodes:
+                continue
+            key = (a.alertname, ident(a))
+            row = rows.get(key)
+            if row is None:
+                row = rows[key] = AlertRow(a.alertname, key[1], a.severity, None, None)
+            first = a.episodes[0].start_ms
+            if which == "sidecar":
+                row.first_sidecar_ms, row.firing_sidecar_ms = first, a.firing_ms
+            else:
+                row.first_prometheus_ms, row.firing_prometheus_ms = first, a.firing_ms
+    return sorted(rows.values(), key=lambda r: (min(x for x in (r.first_sidecar_ms, r.first_prometheus_ms)
+                                                     if x is not None), r.alertname, r.identity))
+
+
+def build(store: Store, sidecar_result, prometheus_result, slo: dict) -> Postmortem:
+    first, last = store.time_range()
+    pods = sorted({_pod(s.labels) for s in store})
+    rows = _alert_rows(sidecar_result.summary, prometheus_result.summary)
+    books = {r.alertname: runbook_steps(r.alertname) for r in rows}
+    return Postmortem(pods, int(first or 0), int(last or 0), poll_interval_ms(store),
+                      sum(len(s) for s in store), len(store), first_events(store, slo), rows, books)
+
+
+def _when(ms: Optional[int], t0: int) -> str:
+    if ms is None:
+        return "—"
+    import datetime as dt
+
+    stamp = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%H:%M:%S")
+    return f"{stamp} (+{(ms - t0) / 1000:.0f} s)"
+
+
+def markdown(pm: Postmortem, png: Optional[str], sources: Sequence[str], context: Sequence[str] = ()) -> str:
+    import datetime as dt
+
+    t0 = pm.start_ms
+    day = dt.datetime.fromtimestamp(t0 / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    out = ["# Postmortem", "",
+           f"Record: {', '.join(sources)}; {len(pm.pods)} pod(s) ({', '.join(pm.pods)}); from {day}, "
+           f"{(pm.end_ms - pm.start_ms) / 1000:.0f} s at one poll every {pm.poll_ms / 1000:g} s "
+           f"({pm.series} series, {pm.samples} samples). Times are UTC, with seconds since the record's start.", ""]
+    if png:
+        out += [f"![timeline]({png})", ""]
+    out += ["## The order of first events (as the sidecar saw them)", "",
+            "| when | pod | event | value | |", "| --- | --- | --- | ---: | --- |"]
+    for e in pm.first_events:
+        out.append(f"| {_when(e.t_ms, t0)} | {e.pod} | {e.what} | {e.value:.4g} | {e.detail} |")
+    if not pm.first_events:
+        out.append("| | | nothing out of the ordinary in the record | | |")
+    out += ["", "## Alerts: at the sidecar's resolution and at Prometheus'", "",
+            f"The pack evaluated over the record at every poll ({pm.poll_ms / 1000:g} s), and over the same record "
+            f"resampled as a scrape every {PROMETHEUS_SCRAPE_MS // 1000} s would have stored it (evaluated at the "
+            "rule groups' interval). An alert in one column and not the other is what the resolution hides.", "",
+            "| alert | series | severity | first firing, poll resolution | first firing, 15 s scrape | "
+            "firing s (poll / 15 s) |", "| --- | --- | --- | --- | --- | ---: |"]
+    for r in pm.alerts:
+        out.append(f"| {r.alertname} | {r.identity} | {r.severity} | {_when(r.first_sidecar_ms, t0)} | "
+                   f"{_when(r.first_prometheus_ms, t0)} | {r.firing_sidecar_ms / 1000:.0f} / "
+                   f"{r.firing_prometheus_ms / 1000:.0f} |")
+    if not pm.alerts:
+        out.append("| no alert fired | | | | | |")
+    if context:
+        out += ["", "## Fleet context (Prometheus)", ""] + [f"- {c}" for c in context]
+    out += ["", "## What to do: the runbooks of what fired", ""]
+    for name, steps in pm.runbooks.items():
+        out += [f"### {name}", "", f"Runbook: docs/runbooks/{name}.md", ""]
+        out += [f"- {s}" for s in steps] or ["- (no Act section)"]
+        out.append("")
+    if not pm.runbooks:
+        out.append("Nothing fired.")
+    out += pm.notes
+    return "\n".join(out).rstrip() + "\n"
+
+
+def timeline_exprs(slo: dict) -> List[str]:
+    """The panels: KV usage, waits, preemptions, prompt lengths, TTFT, tokens/s per pod."""
+    return ["vllm_sidecar_kv_cache_usage_ratio", "vllm:kv_cache_usage_perc",
+            "vllm_sidecar_requests_waiting_for_capacity",
+            "vllm_sidecar_preemptions_per_second",
+            'vllm_sidecar_prompt_length_tokens{quantile="0.95"}',
+            'vllm_sidecar_ttft_seconds{quantile="0.95"}',
+            "vllm_sidecar_generation_tokens_per_second"]
+
+
+__all__ = ["Postmortem", "build", "markdown", "merge_records", "resample", "write_openmetrics", "make"]
