@@ -9,9 +9,10 @@ from exporter.analysis.sources import load_openmetrics
 from exporter.harness import pagetransform as pt
 from exporter.harness.fakenvml import FakeNvml, make_gpus
 from exporter.runtime.collectors import build_families
+from exporter.runtime.config import parse_labels
 from exporter.runtime.exposition import parse
 from exporter.runtime.fetch import FetchError
-from exporter.runtime.flight import Recorder, openmetrics, parse_labels
+from exporter.runtime.flight import Recorder, openmetrics
 from exporter.runtime.inputs import Reader
 from exporter.runtime.nvml import NvmlSource
 from exporter.runtime.sidecar import Sidecar

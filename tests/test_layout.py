@@ -18,7 +18,8 @@ ALLOWED = {
     "pack": {"pack", "slo", "errors", ""},
     "harness": {"harness", "runtime", "pack", "analysis", "view", "slo", "errors", ""},
     "view": {"view", "runtime", "slo", "errors", ""},  # the top/demo view of the sidecar's state
-    "analysis": {"analysis", "pack", "runtime", "slo", "errors", ""},
+    # analysis reads the view too: `top --replay` shows a flight record through the live view
+    "analysis": {"analysis", "pack", "runtime", "view", "slo", "errors", ""},
     "slo": {"errors", ""},
     "errors": set(),
 }
@@ -155,6 +156,7 @@ SAME_SUBJECT = {
     "backtest": "the backtest: the command and the engine",
     "gate": "the regression gate: the command and the verdict",
     "demo": "the demo: the command and the stack it starts",
+    "postmortem": "the postmortem: the command and the report it writes",
     # one concern: its signal in the sidecar, its alerts and panels in the pack, its analysis
     "capacity": "KV cache and load headroom: the sidecar's signal, the pack's alerts and panel, the model, the command",
     "gpu": "the GPUs: the sidecar's readings and collector, the pack's alerts and panel",

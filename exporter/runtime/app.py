@@ -80,7 +80,7 @@ def make_recorder(cfg: Config):
 
 def flight_labels(cfg: Config):
     """The labels /debug/flight adds to every series: ``flight_labels``, else the pod's own."""
-    from .flight import parse_labels
+    from .config import parse_labels
 
     if cfg.flight_labels:
         return parse_labels(cfg.flight_labels)

@@ -430,8 +430,6 @@ def _cross_checks(cfg: Config, raw: Mapping[str, Tuple[Any, str]]) -> Config:
         except ValueError as exc:
             raise ConfigError(f"vllm_bearer_token (from {raw['vllm_bearer_token'][1]}): {exc}") from None
     if cfg.flight_labels:
-        from .flight import parse_labels
-
         try:
             parse_labels(cfg.flight_labels)
         except ValueError as exc:
@@ -469,3 +467,20 @@ def default_text(f: Field) -> str:
 def doc_table() -> List[Tuple[str, str, str, str]]:
     """(flag, env, default, meaning) for every key, for the README and ``--help``."""
     return [(flag_name(f.key), env_name(f.key), default_text(f), f.doc) for f in FIELDS]
+
+
+def parse_labels(text: str) -> Tuple[Tuple[str, str], ...]:
+    """``namespace=ns,pod=p`` -> labels; ValueError names what is wrong."""
+    out: Dict[str, str] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        k, sep, v = item.partition("=")
+        k = k.strip()
+        if not sep or not k or not (k[0].isalpha() or k[0] == "_") or not all(c.isalnum() or c == "_" for c in k):
+            raise ValueError(f"{item!r} is not NAME=VALUE")
+        if k == "__name__":
+            raise ValueError("__name__ is not a label")
+        out[k] = v.strip()
+    return tuple(sorted(out.items()))

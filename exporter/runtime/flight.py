@@ -613,23 +613,6 @@ def openmetrics(blocks: Sequence[Block], start: float = -math.inf, end: float = 
     yield "".join(out)
 
 
-def parse_labels(text: str) -> Labels:
-    """``namespace=ns,pod=p`` -> labels; ValueError names what is wrong."""
-    out: Dict[str, str] = {}
-    for item in (text or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        k, sep, v = item.partition("=")
-        k = k.strip()
-        if not sep or not k or not (k[0].isalpha() or k[0] == "_") or not all(c.isalnum() or c == "_" for c in k):
-            raise ValueError(f"{item!r} is not NAME=VALUE")
-        if k == "__name__":
-            raise ValueError("__name__ is not a label")
-        out[k] = v.strip()
-    return tuple(sorted(out.items()))
-
-
 def memory_of(obj) -> int:  # pragma: no cover - for the benchmark's cross-check
     return sys.getsizeof(obj)
 
