@@ -104,6 +104,14 @@ def _label_names(v: Any, where: str) -> List[str]:
     return v
 
 
+def _outer_labels(v: Any, where: str) -> List[str]:
+    if not isinstance(v, list) or not all(isinstance(x, str) and _LABEL_RE.fullmatch(x) for x in v):
+        raise ConfigError(f"{where}: expected a list of label names, like [cluster] (or [] for none)")
+    if "model_name" in v:
+        raise ConfigError(f"{where}: model_name is added by the pack itself")
+    return v
+
+
 def _label_map(v: Any, where: str) -> Dict[str, str]:
     if not isinstance(v, dict):
         raise ConfigError(f"{where}: expected a mapping of label names to values")
@@ -156,6 +164,7 @@ ALERT_KEYS: Dict[str, Check] = {
 SCHEMA: Dict[str, Check] = {
     "selector": _selector,
     "replica_labels": _label_names,
+    "outer_labels": _outer_labels,
     "runbook_base_url": _text,
     "labels": _label_map,
     "windows.rate": _duration,
