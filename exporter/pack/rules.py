@@ -1,7 +1,8 @@
 """The rendered rule files: recording rules and alerts in one group, as a plain Prometheus rule
 file and as a PrometheusRule.
 
-``write_all(slo, out_dir)`` writes ``rules/vllm.rules.yml``, the PrometheusRule under
+``write_all(slo, out_dir)`` writes ``rules/vllm.rules.yml``, its vmalert form
+``rules/vllm.vmalert.rules.yml`` (``exporter.pack.vmalert``), the PrometheusRule under
 ``deploy/kubernetes/base/`` and the runbooks under ``docs/runbooks/``. Only PromQL that
 Prometheus 2.42 and 3.x both run, and that Thanos and Mimir rulers run, is used.
 """
@@ -76,8 +77,9 @@ def render_operator(slo: Dict[str, Any]) -> str:
 def rendered_files(slo: Dict[str, Any]) -> Dict[str, str]:
     """Relative path -> text of every file the pack renders from one SLO."""
     from .runbooks import render_runbooks
+    from .vmalert import VMALERT_PATH, render_vmalert
 
-    files = {PLAIN_PATH: render_plain(slo), OPERATOR_PATH: render_operator(slo)}
+    files = {PLAIN_PATH: render_plain(slo), OPERATOR_PATH: render_operator(slo), VMALERT_PATH: render_vmalert(slo)}
     files.update(render_runbooks(slo))
     return files
 

@@ -16,7 +16,7 @@ drops the ones the SLO disables.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Tuple
 
 from ..context import Ctx
 
@@ -78,6 +78,11 @@ def finish(a: Alert, slo: Mapping[str, Any], steps: Mapping[str, str]) -> Dict[s
 
 
 def alert_rules(c: Ctx) -> List[Dict[str, Any]]:
+    return [rule for _, rule in keyed_alert_rules(c)]
+
+
+def keyed_alert_rules(c: Ctx) -> List[Tuple[str, Dict[str, Any]]]:
+    """``alert_rules`` with each rule's key under ``alerts:`` (unique, where alert names are not)."""
     alerts = all_alerts(c)
     keys = [a.key for a in alerts]
     if len(keys) != len(set(keys)):
@@ -87,4 +92,4 @@ def alert_rules(c: Ctx) -> List[Dict[str, Any]]:
         from ..runbooks import act_steps
 
         steps = act_steps(c.slo)
-    return [finish(a, c.slo, steps) for a in alerts if c.slo["alerts"][a.key].get("enabled", True)]
+    return [(a.key, finish(a, c.slo, steps)) for a in alerts if c.slo["alerts"][a.key].get("enabled", True)]
