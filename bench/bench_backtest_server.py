@@ -9,7 +9,7 @@ a daily load cycle, a long-prompt flood, a restart, a stalled engine). It is bac
 Prometheus (OpenMetrics text, ``promtool tsdb create-blocks-from openmetrics``, Prometheus started
 over the blocks; tests/promtsdb.py) or imported into VictoriaMetrics. Each path then runs as its own
 ``vllm-sidecar-exporter backtest`` process over the whole range; its wall time and peak RSS (the
-process's ``ru_maxrss``) are measured, and the two reports must list the same alert episodes
+process's VmHWM) are measured, and the two reports must list the same alert episodes
 (on Prometheus; on VictoriaMetrics the documented MetricsQL differences are printed). Prometheus'
 own peak memory (VmHWM) is reported too. CPU heavy: run it once, on an idle machine.
 """
@@ -38,12 +38,13 @@ from bench_backtest import fleet  # noqa: E402
 SECTION = "## Backtest against a server: raw series against server-side evaluation"
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 from exporter.cli import main
 t0 = time.perf_counter()
 rc = main(["backtest", *sys.argv[1:]])
-sys.stderr.write("\nBENCH " + json.dumps({"rc": rc, "wall": time.perf_counter() - t0,
-                 "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}) + "\n")
+# VmHWM, not ru_maxrss: ru_maxrss survives exec and starts at the forking parent's size
+hwm = [int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:")][0]
+sys.stderr.write("\nBENCH " + json.dumps({"rc": rc, "wall": time.perf_counter() - t0, "rss_mib": hwm / 1024}) + "\n")
 """
 
 
@@ -63,18 +64,38 @@ def write_openmetrics(store, path: Path) -> int:
     return n
 
 
-def run_path(url: str, engine: str, start_s: int, end_s: int, step_s: int, out_json: Path) -> dict:
+def run_path(url: str, engine: str, start_s: int, end_s: int, step_s: int, out_json: Path, limit_s: float) -> dict:
+    """One backtest process; its wall time and peak RSS. Past ``limit_s`` it is stopped and the
+    figures are lower bounds (``done`` False): the peak is polled from /proc while it runs."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-c", CHILD, "--prometheus-url", url, "--engine", engine, "--start", str(start_s),
             "--end", str(end_s), "--step", f"{step_s}s", "--json", str(out_json)]
-    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600)
-    m = re.search(r"BENCH (\{.*\})", r.stderr)
+    errf = out_json.with_suffix(".err")
+    t0 = time.perf_counter()
+    with errf.open("w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+        hwm = 0.0
+        while proc.poll() is None:
+            try:
+                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        hwm = max(hwm, int(line.split()[1]) / 1024)
+            except OSError:
+                pass
+            if time.perf_counter() - t0 > limit_s:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+                return {"done": False, "wall": time.perf_counter() - t0, "rss_mib": hwm, "log": "stopped"}
+            time.sleep(0.5)
+    text = errf.read_text()
+    m = re.search(r"BENCH (\{.*\})", text)
     if not m:
-        raise SystemExit(f"{engine}: no result\n{r.stderr[-3000:]}")
+        raise SystemExit(f"{engine}: no result\n{text[-3000:]}")
     got = json.loads(m.group(1))
-    got["log"] = r.stderr.strip().splitlines()[0] if r.stderr.strip() else ""
+    got["done"] = True
+    got["log"] = text.strip().splitlines()[0] if text.strip() else ""
     if got["rc"] != 0:
-        raise SystemExit(f"{engine}: rc {got['rc']}\n{r.stderr[-3000:]}")
+        raise SystemExit(f"{engine}: rc {got['rc']}\n{text[-3000:]}")
     return got
 
 
@@ -108,6 +129,7 @@ def main() -> None:
     ap.add_argument("--scrape", type=int, default=60, help="scrape interval of the fleet (s)")
     ap.add_argument("--step", type=int, default=60, help="evaluation interval (s)")
     ap.add_argument("--server", choices=("prometheus", "victoria"), default="prometheus")
+    ap.add_argument("--limit", type=float, default=300, help="stop a path after this many seconds (s)")
     ap.add_argument("--write", metavar="FILE", help="replace this script's section of FILE with the results")
     args = ap.parse_args()
 
@@ -117,6 +139,7 @@ def main() -> None:
     last = int(max(s.t[-1] for s in store)) // 1000
     start = -(-first // args.step) * args.step
     lines = []
+    imported = 0.0
 
     def say(text: str) -> None:
         print(text, flush=True)
@@ -138,9 +161,11 @@ def main() -> None:
 
             samples, nseries = sum(len(s) for s in store), len(store)
             gen = time.perf_counter() - t0
+            t_imp = time.perf_counter()
             vm = VictoriaMetrics(tmp / "vm")
             vm.import_store(store)
-            del store
+            del store  # the children measured next must not start from this process's size
+            imported = time.perf_counter() - t_imp
 
             class _Ctx:
                 def __enter__(self):
@@ -151,25 +176,31 @@ def main() -> None:
             ctx = _Ctx()
         t1 = time.perf_counter()
         with ctx as url:
-            load = time.perf_counter() - t1
+            load = time.perf_counter() - t1 + (imported if args.server == "victoria" else 0.0)
             port = int(url.rsplit(":", 1)[1])
             say(f"fleet: {args.pods} pods, {nseries} series, {samples / 1e6:.1f}M samples at {args.scrape}s over "
                 f"{args.hours:g}h; generated and written in {gen:.0f}s, backfilled into {args.server} in {load:.0f}s")
             res = {}
             for engine in ("server", "local"):
-                res[engine] = run_path(url, engine, start, last, args.step, tmp / f"{engine}.json")
+                res[engine] = run_path(url, engine, start, last, args.step, tmp / f"{engine}.json", args.limit)
                 r = res[engine]
-                say(f"--engine {engine}: {r['wall']:.1f}s wall, peak RSS {r['rss_mib']:.0f} MiB ({r['log']})")
+                if r["done"]:
+                    say(f"--engine {engine}: {r['wall']:.1f}s wall, peak RSS {r['rss_mib']:.0f} MiB ({r['log']})")
+                else:
+                    say(f"--engine {engine}: stopped after {r['wall']:.0f}s (--limit), peak RSS {r['rss_mib']:.0f} MiB "
+                        "by then: lower bounds")
             say(f"{args.server} peak RSS (VmHWM) over both: {server_hwm_mib(port):.0f} MiB")
-            a, b = episodes(tmp / "local.json"), episodes(tmp / "server.json")
+            b = episodes(tmp / "server.json")
+            a = episodes(tmp / "local.json") if res["local"]["done"] else b
             same = a == b
-            say(f"alert episodes: {sum(len(v) for v in a.values())} over {len(a)} alert label sets; "
-                f"server and local {'identical' if same else 'DIFFER'}")
+            say(f"alert episodes: {sum(len(v) for v in b.values())} over {len(b)} alert label sets; server and local "
+                + (("identical" if same else "DIFFER") if res["local"]["done"] else "not compared (local stopped)"))
             if not same:
                 for k in sorted(set(a) | set(b)):
                     if a.get(k) != b.get(k):
                         say(f"  {k[0]} {k[1]}: local {a.get(k)}, server {b.get(k)}")
-            say(f"memory: the server path held {res['server']['rss_mib']:.0f} MiB against "
+            bound = "" if res["local"]["done"] else "at least: "
+            say(bound + f"memory: the server path held {res['server']['rss_mib']:.0f} MiB against "
                 f"{res['local']['rss_mib']:.0f} MiB ({res['local']['rss_mib'] / res['server']['rss_mib']:.1f}x); "
                 f"time {res['server']['wall']:.0f}s against {res['local']['wall']:.0f}s")
     if args.write:
