@@ -3,7 +3,7 @@
 #               live view of a real vLLM (`vllm-sidecar-exporter top`)
 #   make test   every test (installs what the tests need first)
 # Prerequisites (Debian 12 / Ubuntu 24.04): make, python3 (3.10+), python3-venv, git; root or sudo
-# for apt-get (make test installs Prometheus, Alertmanager and Node.js when they are missing).
+# for apt-get (make test installs Prometheus, Alertmanager, VictoriaMetrics with vmalert and Node.js when they are missing).
 PY ?= python3
 VENV ?= .venv
 VPY := $(VENV)/bin/python

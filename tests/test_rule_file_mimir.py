@@ -8,13 +8,18 @@ rendered file: each file is one namespace whose groups have non-empty, unique na
 passes Prometheus' rulefmt validation (promtool check rules, in test_rules_promtool.py, runs the
 same validation); and with --strict every recording rule name has the level:metric:operation
 form (at least two colons). The group keys Mimir adds to Prometheus' format (source_tenants,
-evaluation_delay, ...) are not used, so Prometheus, Mimir and Cortex read the same file."""
+evaluation_delay, ...) are not used, so Prometheus, Mimir and Cortex read the same file.
+
+Thanos Ruler reads Prometheus' format plus one group key, ``partial_response_strategy`` (warn or
+abort; `thanos tools rules-check` validates the rest with Prometheus' rulefmt). Both rendered
+files pass: the plain one and the vmalert target (plain Prometheus format too, with its group
+``interval`` and no keep_firing_for: for a ruler whose rule engine predates keep_firing_for)."""
 
 import yaml
 
 from conftest import ROOT
 
-FILES = [ROOT / "rules" / "vllm.rules.yml"]
+FILES = [ROOT / "rules" / "vllm.rules.yml", ROOT / "rules" / "vllm.vmalert.rules.yml"]
 
 
 def mimir_check(doc: dict, strict: bool = True) -> list:
@@ -48,3 +53,25 @@ def test_the_check_finds_what_mimirtool_finds():
     got = mimir_check(bad)
     assert len(got) == 4 and any("repeated" in p for p in got) and any("empty" in p for p in got)
     assert len(mimir_check(bad, strict=False)) == 3  # x:y has the one colon the non-strict check asks for
+
+
+THANOS_GROUP_KEYS = {"name", "interval", "rules", "limit", "query_offset", "partial_response_strategy"}
+
+
+def thanos_check(doc: dict) -> list:
+    problems = []
+    for g in doc.get("groups") or []:
+        extra = set(g) - THANOS_GROUP_KEYS
+        if extra:
+            problems.append(f"{g.get('name')}: unknown group keys {sorted(extra)}")
+        prs = g.get("partial_response_strategy")
+        if prs is not None and str(prs).lower() not in ("warn", "abort"):
+            problems.append(f"{g.get('name')}: partial_response_strategy {prs!r} is neither warn nor abort")
+    return problems
+
+
+def test_rule_files_pass_thanos_rules_check_group_schema():
+    for f in FILES:
+        assert thanos_check(yaml.safe_load(f.read_text())) == [], f
+    assert len(thanos_check({"groups": [{"name": "a", "rules": [], "partial_response_strategy": "maybe",
+                                         "source_tenants": ["x"]}]})) == 2

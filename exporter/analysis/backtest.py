@@ -27,6 +27,9 @@ from .sources import Loaded, SourceError, fetch_prometheus, load_file
 from .summary import Summary, summarize
 
 DEFAULT_STEP_MS = 30_000
+# ``--engine auto``: ranges up to this are read raw and evaluated here (fast: a few queries); longer
+# ones are evaluated by the server (this process then holds alerts, not samples)
+AUTO_LOCAL_MAX_MS = 6 * 3600_000
 
 
 class BacktestError(ValueError):
@@ -50,6 +53,10 @@ class Options:
     fetch_chunk_ms: int = 2 * 3600_000
     block_steps: int = 2880
     plots: Sequence[str] = ()
+    # against a server: "server" evaluates the alerts there (exporter.analysis.server), "local"
+    # reads the raw series and evaluates here, "auto" is local up to AUTO_LOCAL_MAX_MS of range
+    engine: str = "auto"
+    server_chunk_ms: int = 6 * 3600_000
 
 
 @dataclass
@@ -62,6 +69,9 @@ class Result:
     rules_source: str
     raw_series: int = 0
     fetched: List[Tuple[str, int]] = field(default_factory=list)
+    engine: str = "local"                     # where the rules were evaluated: local or server
+    server_url: Optional[str] = None
+    server_stats: Optional[object] = None
 
 
 def load_groups(opts: Options) -> Tuple[List[Group], str]:
@@ -183,6 +193,31 @@ def run_backtest(opts: Options, now_ms: Callable[[], int],
         step = _step(opts, groups, None)
         end = opts.end_ms if opts.end_ms is not None else now_ms()
         start = opts.start_ms if opts.start_ms is not None else end - 7 * 86_400_000
+        engine = opts.engine
+        if engine == "auto":
+            engine = "local" if end - start <= AUTO_LOCAL_MAX_MS else "server"
+        if engine == "server":
+            from .server import ServerError, ServerStats, Unsupported, run_on_server
+
+            start = -(-start // step) * step  # subqueries step on multiples of the step: so must the grid
+            times = grid(start, end, step)
+            stats = ServerStats()
+            try:
+                run = run_on_server(groups, opts.prometheus_url, times, step, opts.server_chunk_ms, session=session,
+                                    stats=stats)
+            except Unsupported as exc:
+                if opts.engine == "server":
+                    raise BacktestError(str(exc)) from None
+                engine = "local"
+            except ServerError as exc:
+                raise BacktestError(str(exc)) from None
+            else:
+                onset = opts.onset_ms
+                if onset is None and opts.onset_after_start_ms is not None:
+                    onset = int(times[0]) + opts.onset_after_start_ms
+                loaded = Loaded(Store(), None, f"{opts.prometheus_url} (evaluated by the server)")
+                return Result(groups, loaded, run, summarize(run, onset), loaded.description, rules_source,
+                              engine="server", server_url=opts.prometheus_url, server_stats=stats)
         selectors, recorded = raw_selectors(groups, plots, opts.lookback_ms)
         fetched = [(sel, start - ms) for sel, ms in sorted(selectors.items())]
         try:
@@ -221,6 +256,14 @@ def plot_panels(result: Result, exprs: Sequence[str], lookback_ms: int = DEFAULT
 
     times = result.run.times
     out = []
+    if result.engine == "server":
+        from .server import ServerError, Unsupported, plot_on_server
+
+        try:
+            got = plot_on_server(result.groups, parse_plots(exprs), result.server_url, times, result.run.interval_ms)
+        except (ServerError, Unsupported) as exc:
+            raise BacktestError(f"--plot: {exc}") from None
+        return [Panel(text, labels, vals) for text, (labels, vals) in zip(exprs, got)]
     for text, node in zip(exprs, parse_plots(exprs)):
         ev = Evaluator(result.run.store, times, result.run.interval_ms, lookback_ms, left_open)
         try:

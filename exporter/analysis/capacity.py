@@ -45,7 +45,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..pack.context import Ctx
-from ..pack.names import model_labels
+from ..pack.names import grouping, model_labels
 from ..pack.recording import capacity as capacity_family
 from ..pack.recording import capacity_names, recording_rules
 from ..slo import seconds
@@ -687,8 +687,9 @@ def compute(store: Store, opts: Options) -> CapacityReport:
         run_rules(groups, store, times, opts.step_ms, opts.lookback_ms)
     except (RuleEvalError, ValueError) as exc:
         raise CapacityError(str(exc)) from None
-    replica_names = list(c.replica) + ["model_name"]
-    svc_names = model_labels(c.replica)
+    # the outer labels (cluster) first, as the rules keep them: two clusters' llm/vllm-0 are two rows
+    replica_names = grouping(slo, list(c.replica) + ["model_name"])
+    svc_names = grouping(slo, model_labels(c.replica))
 
     def over_range(expr: str) -> Vec:
         ev = Evaluator(store, times, opts.step_ms, opts.lookback_ms)

@@ -28,16 +28,36 @@ def parse_slo_command(sub: str, description: str, argv: Sequence[str], add_argum
 
 def rules_main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     from ..pack.rules import OPERATOR_PATH, PLAIN_PATH, render_operator, render_plain, write_all
+    from ..pack.vmalert import VMALERT_PATH, render_vmalert
 
     def add(p) -> None:
         p.add_argument("--out-dir", metavar="DIR",
-                       help=f"write {PLAIN_PATH} and {OPERATOR_PATH} under DIR; without it, print the plain rule file")
+                       help=f"write {PLAIN_PATH}, {VMALERT_PATH} and {OPERATOR_PATH} under DIR; without it, print "
+                            "the plain rule file")
         p.add_argument("--format", choices=("prometheus", "operator"), default="prometheus",
                        help="what to print without --out-dir")
+        p.add_argument("--target", choices=("prometheus", "vmalert"), default="prometheus",
+                       help="the rule engine: prometheus (also Thanos Ruler, Mimir's and Cortex's rulers) or "
+                            "vmalert (VictoriaMetrics; keep_firing_for kept by helper rules)")
+        p.add_argument("--interval", metavar="DURATION", default="1m",
+                       help="--target vmalert: the group's evaluation interval (its helpers count evaluations; "
+                            "default 1m)")
 
     ns, slo = parse_slo_command("rules", "Render the alerting pack from an SLO file.", argv, add)
     if slo is None:
         return 2
+    if ns.target == "vmalert" and not ns.out_dir:
+        from ..slo import seconds
+
+        try:
+            ok = seconds(ns.interval) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            sys.stderr.write(f"{PROG} rules: error: --interval: {ns.interval!r} is not a duration like 1m\n")
+            return 2
+        sys.stdout.write(render_vmalert(slo, ns.interval))
+        return 0
     if ns.out_dir:
         for path in write_all(slo, ns.out_dir):
             sys.stderr.write(f"wrote {path}\n")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping
 
 from ..slo import seconds
-from .names import Names, model_labels
+from .names import Names, grouping, model_labels, outer_labels
 
 QUANTILES = ("0.5", "0.95", "0.99")
 
@@ -57,9 +57,13 @@ class Ctx:
         self.names = Names(slo)
         self.sel = slo["selector"].strip().strip(",")
         self.replica = list(slo["replica_labels"])
-        self.r = ", ".join(self.replica)
-        self.by = ", ".join(self.replica + ["model_name"])
-        self.svc = ", ".join(model_labels(self.replica))
+        self.outer = outer_labels(slo)
+        # every label list a rule writes, outer labels (cluster) first: per replica, per replica
+        # and model, per model, per scrape target
+        self.r = self.by_(*self.replica)
+        self.by = self.by_(*self.replica, "model_name")
+        self.svc = self.by_(*model_labels(self.replica))
+        self.target = self.by_("job", "instance")
         self.who = "/".join(f"{{{{ $labels.{x} }}}}" for x in self.replica)
         w = slo["windows"]
         self.W = w["rate"]
@@ -67,6 +71,10 @@ class Ctx:
         self.windows: Dict[str, str] = dict(w)
 
     # selectors and the usual shapes -------------------------------------------------------
+    def by_(self, *labels: str) -> str:
+        """A ``by (...)``/``on (...)`` label list: the SLO's outer labels, then ``labels``."""
+        return ", ".join(grouping(self.slo, labels))
+
     def s(self, *matchers: str) -> str:
         """``{matchers, the SLO's selector}``, or nothing when both are empty."""
         parts = [m for m in matchers if m] + ([self.sel] if self.sel else [])

@@ -6,6 +6,13 @@ default ``[namespace, pod]``: ``namespace_pod_model``), per model the same witho
 that name one replica (``pod``, ``instance``): ``namespace_model``. Rules, alerts, dashboards and
 runbooks all take their names from here, so a different ``replica_labels`` or rate window renames
 every reference at once.
+
+The SLO's ``outer_labels`` (default ``[cluster]``) are kept by every aggregation and matched by
+every join on top of those labels (``grouping``), the way the kubernetes-mixin aggregates
+``by (cluster, ...)``: over a global ruler (Thanos, Mimir, VictoriaMetrics) two clusters that run
+the same namespace and pod stay two series, and where the label is absent (one Prometheus) the
+grouping is the same as without it. They never enter a level: recorded series keep their names
+whatever ``outer_labels`` holds.
 """
 
 from __future__ import annotations
@@ -13,6 +20,18 @@ from __future__ import annotations
 from typing import Any, List, Mapping, Sequence
 
 REPLICA_ONLY = ("pod", "instance")
+
+
+def outer_labels(slo: Mapping[str, Any]) -> List[str]:
+    """The labels above a replica (the cluster, a region) that no aggregation or join drops."""
+    return list(slo.get("outer_labels", ["cluster"]))
+
+
+def grouping(slo: Mapping[str, Any], labels: Sequence[str]) -> List[str]:
+    """``labels`` with the SLO's outer labels first: what every ``by (...)`` and ``on (...)`` of the
+    pack lists (``grouping(slo, ["pod"])`` -> ``["cluster", "pod"]``)."""
+    outer = outer_labels(slo)
+    return outer + [x for x in labels if x not in outer]
 
 
 def replica_level(replica_labels: Sequence[str]) -> str:

@@ -1,7 +1,8 @@
 """The rendered rule files: recording rules and alerts in one group, as a plain Prometheus rule
 file and as a PrometheusRule.
 
-``write_all(slo, out_dir)`` writes ``rules/vllm.rules.yml``, the PrometheusRule under
+``write_all(slo, out_dir)`` writes ``rules/vllm.rules.yml``, its vmalert form
+``rules/vllm.vmalert.rules.yml`` (``exporter.pack.vmalert``), the PrometheusRule under
 ``deploy/kubernetes/base/`` and the runbooks under ``docs/runbooks/``. Only PromQL that
 Prometheus 2.42 and 3.x both run, and that Thanos and Mimir rulers run, is used.
 """
@@ -11,16 +12,15 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List
 
-import yaml
-
 from .alerts import alert_rules
 from .context import Ctx, le_for  # noqa: F401 - le_for is part of this module's interface
 from .recording import recording_rules
+from .ruleyaml import GROUP, dump
 from .runbooks import act_steps, render_runbooks
+from .vmalert import VMALERT_PATH, render_vmalert
 
 PLAIN_PATH = os.path.join("rules", "vllm.rules.yml")
 OPERATOR_PATH = os.path.join("deploy", "kubernetes", "base", "prometheusrule.yaml")
-GROUP = "vllm-sidecar-exporter"
 
 
 def render_groups(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -34,24 +34,8 @@ def render_groups(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
     return [{"name": GROUP, "rules": rules}]
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _str_repr(dumper: yaml.SafeDumper, data: str):
-    if "\n" in data:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
-
-
-_Dumper.add_representer(str, _str_repr)
-
 HEADER = ("# Rendered by `vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .` from the SLO file.\n"
           "# Do not edit by hand: change the SLO file and render again.\n")
-
-
-def dump(obj: Any) -> str:
-    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=1000, default_flow_style=False)
 
 
 def render_plain(slo: Dict[str, Any]) -> str:
@@ -77,7 +61,7 @@ def render_operator(slo: Dict[str, Any]) -> str:
 
 def rendered_files(slo: Dict[str, Any]) -> Dict[str, str]:
     """Relative path -> text of every file the pack renders from one SLO."""
-    files = {PLAIN_PATH: render_plain(slo), OPERATOR_PATH: render_operator(slo)}
+    files = {PLAIN_PATH: render_plain(slo), OPERATOR_PATH: render_operator(slo), VMALERT_PATH: render_vmalert(slo)}
     files.update(render_runbooks(slo))
     return files
 

@@ -15,13 +15,13 @@ drops the ones the SLO disables.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Tuple
 
 from ..context import Ctx
 from . import anomalies, capacity, errors, gpu, health, latency
 from .alert import Alert
 
-__all__ = ["Alert", "alert_rules", "all_alerts", "finish", "runbook_url"]
+__all__ = ["Alert", "alert_rules", "all_alerts", "finish", "keyed_alert_rules", "runbook_url"]
 
 
 def all_alerts(c: Ctx) -> List[Alert]:
@@ -61,8 +61,13 @@ def finish(a: Alert, slo: Mapping[str, Any], steps: Mapping[str, str]) -> Dict[s
 def alert_rules(c: Ctx, steps: Mapping[str, str]) -> List[Dict[str, Any]]:
     """Every enabled alert as Prometheus reads it; ``steps`` (alert -> its runbook's "Act" lines,
     ``runbooks.act_steps``) go into the rule when the SLO names no runbook URL."""
+    return [rule for _, rule in keyed_alert_rules(c, steps)]
+
+
+def keyed_alert_rules(c: Ctx, steps: Mapping[str, str]) -> List[Tuple[str, Dict[str, Any]]]:
+    """``alert_rules`` with each rule's key under ``alerts:`` (unique, where alert names are not)."""
     alerts = all_alerts(c)
     keys = [a.key for a in alerts]
     if len(keys) != len(set(keys)):
         raise ValueError(f"two alert rules share a key: {sorted(k for k in keys if keys.count(k) > 1)}")
-    return [finish(a, c.slo, steps) for a in alerts if c.slo["alerts"][a.key].get("enabled", True)]
+    return [(a.key, finish(a, c.slo, steps)) for a in alerts if c.slo["alerts"][a.key].get("enabled", True)]

@@ -24,7 +24,7 @@ def alerts(c: Ctx) -> List[Alert]:
     normal_busy = fleet_normal(c, c.mrec("vllm_generation_tokens_per_busy_replica", "rate"))
     hit = c.rec("vllm_prefix_cache_hit", "ratio_rate")
     hit_normal = fleet_normal(c, c.mrec("vllm_prefix_cache_hit", "ratio_rate"))
-    age = f"time() - max by ({c.r}) (process_start_time_seconds{s()} and on (job, instance) vllm:num_requests_running{s()})"
+    age = f"time() - max by ({c.r}) (process_start_time_seconds{s()} and on ({c.target}) vllm:num_requests_running{s()})"
     return [
         Alert("VLLMGPUBusyLowThroughput",
               f"max by ({by}) (vllm_sidecar_gpu_busy_low_throughput{s()}) == 1\nor\n(\n"

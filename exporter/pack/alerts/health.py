@@ -21,10 +21,10 @@ def alerts(c: Ctx) -> List[Alert]:
         Alert("VLLMTargetDown",
               f"(\n  max by ({r}, target) (vllm_sidecar_target_up{s(TVLLM)}) == 0\n"
               f"  and on ({r})\n  ({read_before} or ({sidecar_age}) > {startup:g})\n)\nor\n"
-              f"label_replace(\n  max by ({r}) (up{s()} and on (job, instance)"
+              f"label_replace(\n  max by ({r}) (up{s()} and on ({c.target})"
               f" max_over_time(vllm:num_requests_running{s()}[{seen}])) == 0,\n"
               f"  \"target\", \"vllm\", \"\", \"\"\n)\nor\n"
-              f"label_replace(\n  max by ({r}) (up{s()} and on (job, instance)"
+              f"label_replace(\n  max by ({r}) (up{s()} and on ({c.target})"
               f" max_over_time(vllm_sidecar_build_info{s()}[{seen}])) == 0,\n"
               f"  \"target\", \"sidecar\", \"\", \"\"\n)",
               "critical",

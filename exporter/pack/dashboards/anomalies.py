@@ -79,7 +79,7 @@ def anomalies(b: Builder) -> Dict[str, Any]:
               [Target(b.s("vllm_sidecar_target_up", False), "{{pod}} {{target}}")], kind="state-timeline",
               unit="none", w=12, mappings=UP_MAP, runbooks=("VLLMTargetDown",)),
         Panel("Read errors", "Failed reads per second, by target and reason.",
-              [Target(f"sum by (pod, target, reason) (rate({b.s('vllm_sidecar_poll_errors_total', False)}"
+              [Target(f"sum by ({b.by('pod', 'target', 'reason')}) (rate({b.s('vllm_sidecar_poll_errors_total', False)}"
                       f"[$__rate_interval]))", "{{pod}} {{target}} {{reason}}", empty_ok="no read has failed")],
               unit="ops", w=12, runbooks=("VLLMTargetDown",)),
         Panel("Inputs missing", "vLLM metrics the sidecar needs and cannot find under any known name.",

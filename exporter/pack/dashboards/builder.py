@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..names import Names, model_labels
+from ..names import Names, grouping, model_labels
 
 TAG = "vllm-sidecar-exporter"
 # The data source: panels and variables read the ${datasource} variable, so one dashboard serves
@@ -106,12 +106,21 @@ class Builder:
         self.sustain = slo["windows"]["sustain"]
         self.runbook_base = slo["runbook_base_url"].rstrip("/")
         self.cluster = slo["dashboards"]["cluster_label"]  # "" turns the cluster variable off
-        labels = model_labels(slo["replica_labels"])
+        # what no aggregation drops: the SLO's outer labels (as in the rules) and the cluster variable's
+        self.outer = grouping(slo, [self.cluster] if self.cluster else [])
         # the labels that name one model's peer group: a replica is compared within its cluster too
-        self.peer_labels = ([self.cluster] if self.cluster and self.cluster not in labels else []) + labels
+        self.peer_labels = self.by_list(*model_labels(slo["replica_labels"]))
         self.empty_ok: Dict[Tuple[str, str, str], str] = {}  # (dashboard uid, panel title, refId) -> why
 
     # -- selectors and names ---------------------------------------------------------------------
+
+    def by_list(self, *labels: str) -> List[str]:
+        return self.outer + [x for x in labels if x not in self.outer]
+
+    def by(self, *labels: str) -> str:
+        """A ``by (...)``/``on (...)`` label list: the outer labels (cluster) first, then ``labels``,
+        so that with the cluster variable at All two clusters' ``llm/vllm-0`` stay two series."""
+        return ", ".join(self.by_list(*labels))
 
     def sel(self, model: bool = True, pod: bool = True, *extra: str) -> str:
         """Label matchers for the template variables, cluster first (when on)."""

@@ -85,8 +85,8 @@ def capacity(b: Builder) -> Dict[str, Any]:
               unit="none", w=12, mappings=LEVEL_MAP, runbooks=("VLLMKVCacheExhausted",)),
         Panel("Requests running and waiting", "Requests in the running batch and waiting, by the reason vLLM gives "
               "(capacity: no KV room; deferred: LoRA budget, KV transfer).",
-              [Target(f"sum by (pod) ({b.s('vllm:num_requests_running')})", "{{pod}} running"),
-               Target(f"sum by (pod, reason) ({b.s('vllm:num_requests_waiting_by_reason')})",
+              [Target(f"sum by ({b.by('pod')}) ({b.s('vllm:num_requests_running')})", "{{pod}} running"),
+               Target(f"sum by ({b.by('pod', 'reason')}) ({b.s('vllm:num_requests_waiting_by_reason')})",
                       "{{pod}} waiting ({{reason}})")],
               unit="short", w=12, runbooks=("VLLMQueueBuildup",)),
         Panel("Preemptions", f"Running requests preempted per second over {W} (their KV is dropped and recomputed); "
@@ -98,7 +98,7 @@ def capacity(b: Builder) -> Dict[str, Any]:
               [Target(b.s("vllm_sidecar_kv_cache_seconds_to_full"), "{{pod}}",
                       empty_ok="only while KV usage is rising")], unit="s", w=8),
         Panel("Admission rejections", "Requests rejected by vLLM's queue limits per second, by reason.",
-              [Target(f"sum by (pod, reason) (rate({b.s('vllm:admission_rejections_total')}[$__rate_interval]))",
+              [Target(f"sum by ({b.by('pod', 'reason')}) (rate({b.s('vllm:admission_rejections_total')}[$__rate_interval]))",
                       "{{pod}} {{reason}}")], unit="reqps", w=8),
         Panel("Waiting for capacity", "Requests held back for lack of KV capacity, per replica.",
               [Target(b.replica("vllm_requests_waiting_capacity", "sum"), "{{pod}}")], unit="short", w=8,
@@ -117,7 +117,7 @@ def capacity(b: Builder) -> Dict[str, Any]:
         Row("Configured capacity"),
         Panel("KV capacity", "KV-cache size in tokens and blocks, block size and memory share, from "
               "vllm:cache_config_info (labels of an info metric).",
-              [Target(f"max by (pod, kv_cache_size_tokens, num_gpu_blocks, block_size, gpu_memory_utilization, "
+              [Target(f"max by ({b.by('pod')}, kv_cache_size_tokens, num_gpu_blocks, block_size, gpu_memory_utilization, "
                       f"enable_prefix_caching) ({b.s('vllm:cache_config_info', False)})", fmt="table", instant=True)],
               kind="table", unit="none", w=24, h=6,
               transformations=[{"id": "organize", "options": {

@@ -42,11 +42,12 @@ def gpu(b: Builder) -> Dict[str, Any]:
               kind="state-timeline", unit="none", w=8, mappings=FLAG_MAP, runbooks=("GPUThermalThrottling",)),
         Panel("XID errors", "XID errors reported through NVML events since the sidecar started, per XID code: a step "
               "is a new error (the counter, not its increase, so the first error of a code shows too).",
-              [Target(f"sum by (pod, gpu, xid) ({g('vllm_sidecar_gpu_xid_errors_total')})",
+              [Target(f"sum by ({b.by('pod', 'gpu', 'xid')}) ({g('vllm_sidecar_gpu_xid_errors_total')})",
                       "{{pod}} GPU {{gpu}} XID {{xid}}", empty_ok="no XID error since the sidecar started")],
               unit="short", w=12, runbooks=("GPUXidErrors",)),
         Panel("ECC errors", "ECC memory errors per interval, corrected and uncorrected.",
-              [Target(f"sum by (pod, gpu, type) (increase({g('vllm_sidecar_gpu_ecc_errors_total')}[$__rate_interval]))",
+              [Target(f"sum by ({b.by('pod', 'gpu', 'type')}) "
+                      f"(increase({g('vllm_sidecar_gpu_ecc_errors_total')}[$__rate_interval]))",
                       "{{pod}} GPU {{gpu}} {{type}}")], unit="short", w=12, runbooks=("GPUUncorrectableECCErrors",)),
         Panel("GPU inventory", "GPUs the sidecars see, with model and driver.",
               [Target(g("vllm_sidecar_gpu_info"), fmt="table", instant=True)], kind="table", unit="none", w=24, h=6,

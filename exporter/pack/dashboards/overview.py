@@ -39,11 +39,11 @@ def overview(b: Builder) -> Dict[str, Any]:
     items = [
         Row("Traffic"),
         Panel("Requests per second", f"Finished requests per second by model (all finish reasons), over {W}.",
-              [Target(f"sum by (model_name) ({b.replica('vllm_requests_finished', 'rate')})", "{{model_name}}")],
+              [Target(f"sum by ({b.by('model_name')}) ({b.replica('vllm_requests_finished', 'rate')})", "{{model_name}}")],
               unit="reqps", w=8),
         Panel("Tokens per second", f"Output (generation) and input (prompt) tokens per second by model, over {W}.",
-              [Target(f"sum by (model_name) ({b.replica('vllm_generation_tokens', 'rate')})", "{{model_name}} out"),
-               Target(f"sum by (model_name) ({b.replica('vllm_prompt_tokens', 'rate')})", "{{model_name}} in")],
+              [Target(f"sum by ({b.by('model_name')}) ({b.replica('vllm_generation_tokens', 'rate')})", "{{model_name}} out"),
+               Target(f"sum by ({b.by('model_name')}) ({b.replica('vllm_prompt_tokens', 'rate')})", "{{model_name}} in")],
               unit="suffix: tok/s", w=8),
         Panel("Error ratio", f"Share of finished requests that ended in error per replica over {W} (client aborts "
               f"excluded); the line is the alert's {b.slo['error_ratio']['max'] * 100:g}%.",

@@ -53,7 +53,7 @@ def configmap_name(file_name: str) -> str:
 def _dump(docs, header: str) -> str:
     import yaml
 
-    from ..rules import _Dumper
+    from ..ruleyaml import _Dumper
 
     return header + "---\n".join(yaml.dump(d, Dumper=_Dumper, sort_keys=False, width=1000) for d in docs)
 

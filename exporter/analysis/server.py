@@ -1,0 +1,267 @@
+"""The backtest evaluated by the server: ``backtest --prometheus-url URL --engine server``.
+
+Instead of reading every raw series the rules need into this process, each alerting rule's
+expression is sent to the server as ``query_range`` over the backtest's evaluation grid, and only
+its answer comes back: at which evaluations it returned which label sets. The alert state machine
+(``for``, ``keep_firing_for``) runs here over those answers (``alerts.evaluate``), so this
+process holds one boolean per alert label set and evaluation, whatever the number of raw samples.
+Nothing is written into the server.
+
+Recorded series a rule reads exist only where the rules have run; here they are **inlined**: a
+reference to a recording rule's output is replaced by that rule's expression (itself inlined),
+with the rule's static labels put on by ``label_replace``:
+
+    name             ->  (expr)                                  what the rule records at t
+    name[w]          ->  (expr)[w:step]                          a subquery at the evaluation step
+    name offset o    ->  last_over_time((expr)[1ms:step] offset o)
+    name{l="v"}      ->  the rules whose static labels match (a quantile), or ``and on (l)`` a
+                         one-sample vector carrying l="v"
+
+With the grid aligned to the step (start a multiple of it), a subquery evaluates the expression
+at exactly the evaluation times a recording rule would have written, a series the rule stops
+returning is gone at once (as its stale marker makes it), and ranges over them hold the same
+samples. Unlike the local engine, whose recorded history starts at the backtest's first
+evaluation, the server's subqueries reach back before it (as a ruler running all along would have
+recorded): the two agree from the data's first sample on, and where the backtest starts later the
+server's answer is the one a running ruler would have given.
+
+Each query covers ``chunk_ms`` of the grid (at most ``MAX_POINTS`` evaluations: Prometheus
+refuses more than 11,000 points per series), so one query's samples stay within the server's
+limits (``--query.max-samples``). Rules that read their own or a later rule's output (evaluated
+one step at a time locally) and selectors by a regex on the name of a recorded series cannot be
+inlined: ``Unsupported`` says which; the local engine handles them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import alerts as alert_states
+from .promql.ast import AggregateExpr, BinaryExpr, Call, Expr, MatrixSelector, ParenExpr, SubqueryExpr, UnaryExpr, VectorSelector
+from .promql.durations import format_duration
+from .promql.labels import Labels, make
+from .rulefile import Group, Rule, fill_label_template
+from .rulemanager import AlertTrack, Run, forward_references
+from .series import Store
+
+MAX_POINTS = 11_000  # Prometheus' limit of points per series in one query_range answer
+
+
+class Unsupported(ValueError):
+    """Rules the server path cannot send inlined; one line naming the rule and why."""
+
+
+class ServerError(ValueError):
+    """The server refused or failed a query; one line."""
+
+
+@dataclass(frozen=True)
+class _Raw(Expr):
+    """Already printed PromQL, in parentheses (a node for the printer only)."""
+
+    text: str
+    kind: str = "vector"
+
+    @property
+    def type(self) -> str:
+        return self.kind
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _q(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _matches(op: str, pattern: str, value: str) -> bool:
+    if op == "=":
+        return value == pattern
+    if op == "!=":
+        return value != pattern
+    hit = re.fullmatch(pattern, value) is not None
+    return hit if op == "=~" else not hit
+
+
+class Inliner:
+    """Rule expressions with every recorded series they read replaced by what records it."""
+
+    def __init__(self, groups: Sequence[Group], step_ms: int) -> None:
+        rules = [r for g in groups for r in g.rules]
+        fwd = forward_references(rules)
+        if fwd:
+            reader, writer = fwd[0]
+            raise Unsupported(f"{reader.kind} {reader.name!r} reads {writer.name!r}, recorded by itself or a later "
+                              "rule: the server path cannot inline it (use --engine local)")
+        self.step = format_duration(step_ms)
+        self.defs: Dict[str, List[Rule]] = {}
+        for r in rules:
+            if r.kind == "record":
+                self.defs.setdefault(r.name, []).append(r)
+        self._cache: Dict[Tuple[str, int], str] = {}
+
+    def text(self, e: Expr) -> str:
+        return str(self.tx(e))
+
+    def tx(self, e: Expr) -> Expr:
+        if isinstance(e, VectorSelector):
+            if self._recorded(e) is None:
+                return e
+            inner = self._instant(e)
+            if e.offset_ms:
+                return _Raw(f"last_over_time({inner}[1ms:{self.step}] offset {format_duration(e.offset_ms)})")
+            return _Raw(inner)
+        if isinstance(e, MatrixSelector):
+            if self._recorded(e.selector) is None:
+                return e
+            inner = self._instant(replace(e.selector, offset_ms=0))
+            off = f" offset {format_duration(e.selector.offset_ms)}" if e.selector.offset_ms else ""
+            return _Raw(f"{inner}[{format_duration(e.range_ms)}:{self.step}]{off}", "matrix")
+        if isinstance(e, SubqueryExpr):
+            return replace(e, expr=self.tx(e.expr))
+        if isinstance(e, Call):
+            return replace(e, args=tuple(self.tx(a) for a in e.args))
+        if isinstance(e, AggregateExpr):
+            return replace(e, expr=self.tx(e.expr), param=self.tx(e.param) if e.param is not None else None)
+        if isinstance(e, BinaryExpr):
+            return replace(e, lhs=self.tx(e.lhs), rhs=self.tx(e.rhs))
+        if isinstance(e, (UnaryExpr, ParenExpr)):
+            return replace(e, expr=self.tx(e.expr))
+        return e
+
+    def _recorded(self, sel: VectorSelector) -> Optional[str]:
+        for m in sel.matchers:
+            if m.name == "__name__":
+                if m.op == "=" and m.value in self.defs:
+                    return m.value
+                if m.op != "=" and any(_matches(m.op, m.value, n) for n in self.defs):
+                    raise Unsupported(f"selector {sel}: a regex on the name of a recorded series cannot be inlined")
+        return None
+
+    def _instant(self, sel: VectorSelector) -> str:
+        """What the recorded series ``sel`` selects at an evaluation, as one expression."""
+        name = self._recorded(sel)
+        others = [m for m in sel.matchers if m.name != "__name__"]
+        parts = []
+        for rule in self.defs[name]:
+            static = dict(rule.labels)
+            if not all(_matches(m.op, m.value, static[m.name]) for m in others if m.name in static):
+                continue
+            key = (name, id(rule))
+            if key not in self._cache:
+                body = f"({self.text(rule.expr)})"
+                for k, v in rule.labels:
+                    body = f"label_replace({body}, {_q(k)}, {_q(v)}, \"\", \"\")"
+                self._cache[key] = body
+            body = self._cache[key]
+            for m in others:
+                if m.name in static:
+                    continue
+                if m.op != "=":
+                    raise Unsupported(f"selector {sel}: only = matchers on a recorded series' own labels can be inlined")
+                body = f"({body} and on ({m.name}) label_replace(vector(1), {_q(m.name)}, {_q(m.value)}, \"\", \"\"))"
+            parts.append(body)
+        if not parts:
+            return "(vector(0) < 0)"  # no rule records what the selector asks for: nothing
+        return "(" + " or ".join(parts) + ")"
+
+
+@dataclass
+class ServerStats:
+    queries: int = 0
+    points: int = 0          # points the server answered (alert label sets x evaluations returned)
+    longest_query: int = 0   # characters of the longest query sent
+    chunk_ms: int = 0
+
+
+def query_range(session, url: str, query: str, start_ms: int, end_ms: int, step_ms: int, timeout_s: float) -> list:
+    import requests
+
+    try:
+        resp = session.post(url.rstrip("/") + "/api/v1/query_range",
+                            data={"query": query, "start": f"{start_ms / 1000:.3f}", "end": f"{end_ms / 1000:.3f}",
+                                  "step": f"{step_ms / 1000:g}s"}, timeout=timeout_s)
+    except requests.RequestException as exc:
+        raise ServerError(f"{url}: {type(exc).__name__}: {str(exc)[:200]}") from None
+    try:
+        body = resp.json()
+    except ValueError:
+        raise ServerError(f"{url}: HTTP {resp.status_code}, not a Prometheus API answer") from None
+    if body.get("status") != "success":
+        raise ServerError(f"{url}: query_range failed: {body.get('errorType', '')} {str(body.get('error', ''))[:300]}")
+    return (body.get("data") or {}).get("result") or []
+
+
+def run_on_server(groups: Sequence[Group], url: str, times: np.ndarray, step_ms: int, chunk_ms: int = 6 * 3600_000,
+                  session=None, timeout_s: float = 300.0, stats: Optional[ServerStats] = None) -> Run:
+    """Every alerting rule of ``groups`` evaluated by the server over ``times`` (aligned to
+    ``step_ms``); the alert states computed here. The Run's store is empty: nothing is recorded."""
+    import requests
+
+    sess = session or requests.Session()
+    inl = Inliner(groups, step_ms)
+    n = len(times)
+    per_chunk = max(1, min(MAX_POINTS, chunk_ms // step_ms))
+    stats = stats if stats is not None else ServerStats()
+    stats.chunk_ms = per_chunk * step_ms
+    rules = [(g, r) for g in groups for r in g.rules if r.kind == "alert"]
+    run = Run(times, step_ms, Store(), alertnames=sorted({r.name for _, r in rules}))
+    tracks: Dict[Tuple[int, Labels], AlertTrack] = {}
+    t0 = int(times[0]) if n else 0
+    for i, (g, rule) in enumerate(rules):
+        query = inl.text(rule.expr)
+        stats.longest_query = max(stats.longest_query, len(query))
+        for a in range(0, n, per_chunk):
+            b = min(n, a + per_chunk)
+            result = query_range(sess, url, query, int(times[a]), int(times[b - 1]), step_ms, timeout_s)
+            stats.queries += 1
+            for item in result:
+                metric = dict(item.get("metric") or {})
+                metric.pop("__name__", None)
+                labels = dict(metric)
+                for k, v in rule.labels:
+                    labels[k] = fill_label_template(v, metric)
+                labels["alertname"] = rule.name
+                ls = make(labels)
+                tr = tracks.get((i, ls))
+                if tr is None:
+                    tr = tracks[(i, ls)] = AlertTrack(rule, g.name, ls, np.zeros(n, bool))
+                idx = [(round(float(p[0]) * 1000) - t0) // step_ms for p in item.get("values") or []]
+                stats.points += len(idx)
+                tr.active[np.array([k for k in idx if 0 <= k < n], dtype=np.int64)] = True
+    for tr in tracks.values():
+        tr.states = alert_states.evaluate(times, tr.active, tr.rule.for_ms, tr.rule.keep_firing_for_ms)
+    run.alerts = sorted(tracks.values(), key=lambda t: (t.rule.name, t.labels))
+    return run
+
+
+def plot_on_server(groups: Sequence[Group], exprs: Sequence[Expr], url: str, times: np.ndarray, step_ms: int,
+                   chunk_ms: int = 6 * 3600_000, session=None, timeout_s: float = 300.0):
+    """Each plot expression (recorded series inlined) over ``times``: (labels, values with NaN)."""
+    import requests
+
+    sess = session or requests.Session()
+    inl = Inliner(groups, step_ms)
+    n = len(times)
+    per_chunk = max(1, min(MAX_POINTS, chunk_ms // step_ms))
+    t0 = int(times[0]) if n else 0
+    out = []
+    for e in exprs:
+        rows: Dict[Labels, np.ndarray] = {}
+        query = inl.text(e)
+        for a in range(0, n, per_chunk):
+            b = min(n, a + per_chunk)
+            for item in query_range(sess, url, query, int(times[a]), int(times[b - 1]), step_ms, timeout_s):
+                ls = make(item.get("metric") or {})
+                row = rows.setdefault(ls, np.full(n, np.nan))
+                for p in item.get("values") or []:
+                    k = (round(float(p[0]) * 1000) - t0) // step_ms
+                    if 0 <= k < n:
+                        row[k] = float(p[1])
+        labels = sorted(rows)
+        out.append((labels, np.array([rows[ls] for ls in labels]) if labels else np.zeros((0, n))))
+    return out

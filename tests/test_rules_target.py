@@ -1,0 +1,34 @@
+"""``rules --target vmalert``: the vmalert form of the pack on stdout, the file ``make rules`` writes,
+and the helpers it adds (the rules themselves run on VictoriaMetrics in test_vmalert.py)."""
+
+import yaml
+
+from conftest import ROOT
+from exporter.cli import main
+from exporter.pack.vmalert import render_vmalert
+from exporter.slo import load_slo
+
+
+def test_rules_target_vmalert_prints_the_shipped_file(capsys):
+    assert main(["rules", "--target", "vmalert"]) == 0
+    out = capsys.readouterr().out
+    assert out == render_vmalert(load_slo(None)) == (ROOT / "rules" / "vllm.vmalert.rules.yml").read_text()
+    doc = yaml.safe_load(out)
+    rules = doc["groups"][0]["rules"]
+    assert doc["groups"][0]["interval"] == "1m"
+    kff = {k for k, v in load_slo(None)["alerts"].items() if v.get("keep_firing_for", "0s") not in ("0s", "0m")}
+    helpers = {r["record"].split(":")[1] for r in rules if r.get("record", "").startswith("alert:")}
+    assert helpers == kff  # one set of helpers per alert that keeps firing, named by its key
+    held = next(r for r in rules if r.get("record") == "alert:VLLMTTFTHigh:held")["expr"]
+    assert held == "count_over_time(alert:VLLMTTFTHigh:condition[630s]) >= 11"  # for 10m at 1m: 11 evaluations
+    alert = next(r for r in rules if r.get("alert") == "VLLMTTFTHigh")
+    assert "keep_firing_for" not in alert and alert["expr"].endswith("max_over_time(alert:VLLMTTFTHigh:active[930s])")
+
+
+def test_rules_target_vmalert_interval_and_a_bad_one(capsys):
+    assert main(["rules", "--target", "vmalert", "--interval", "30s"]) == 0
+    doc = yaml.safe_load(capsys.readouterr().out)
+    held = next(r for r in doc["groups"][0]["rules"] if r.get("record") == "alert:VLLMTTFTHigh:held")["expr"]
+    assert doc["groups"][0]["interval"] == "30s" and held.endswith("[615s]) >= 21")
+    assert main(["rules", "--target", "vmalert", "--interval", "soon"]) == 2
+    assert "--interval" in capsys.readouterr().err
