@@ -434,6 +434,7 @@ SCHEMA: Dict[str, Check] = {
     "selector": _selector,
     "replica_labels": _label_names,
     "outer_labels": _outer_labels,
+    "evaluation_interval": _duration,
     "runbook_base_url": _url,
     "labels": _label_map,
     "windows.rate": _duration,

@@ -15,8 +15,8 @@ import json
 import pytest
 
 from exporter.analysis.promql.parser import parse
+from exporter.analysis.remote import Inliner, Unsupported
 from exporter.analysis.rulefile import groups_from_data
-from exporter.analysis.server import Inliner, Unsupported
 from exporter.analysis.sources import input_series_store
 from exporter.cli import main
 from exporter.harness.victoria import VictoriaMetrics, binary

@@ -156,7 +156,7 @@ def test_flight_recorder_events_annotate_the_dashboards_and_list_per_pod(tmp_pat
         assert a["datasource"] == {"type": "prometheus", "uid": "${datasource}"} and a["enable"]
         assert "increase(vllm_sidecar_flight_events_total{" in a["expr"] and a["expr"].endswith("> 0")
         assert 'pod=~"$pod"' in a["expr"] and 'model_name' not in a["expr"]  # the counter is per pod
-        assert 'namespace=~"$namespace"' in a["expr"] and "by (namespace, pod, kind)" in a["expr"]
+        assert 'namespace=~"$namespace"' in a["expr"] and "by (cluster, namespace, pod, kind)" in a["expr"]
         assert a["titleFormat"] == "{{kind}} on {{pod}}"
     anomalies = committed()["vllm-anomalies.json"]
     table = next(p for p in anomalies["panels"] if p["title"] == "Flight recorder events per pod")

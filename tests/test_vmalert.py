@@ -137,12 +137,12 @@ def engine_differences(theirs, mine):
 
 
 def test_the_pack_on_vmalert_fires_promtools_episodes(tmp_path):
-    from test_backtest_promtool import _pack_inputs
     from test_incident_scenario import ONSET, TOTAL
+    from test_incident_scenario import inputs as pack_inputs
 
     vm_doc = yaml.safe_load(VM_RULES.read_text())  # the shipped vmalert file (rules --target vmalert)
     for busy in (False, True):
-        inputs = _pack_inputs(busy)
+        inputs = pack_inputs(busy_day=busy)
         out = compare(tmp_path, RULES, [Scenario("pack", inputs, "1m", TOTAL * 60)])
         theirs = out.promtool["pack"]
         assert theirs == out.backtest["pack"]

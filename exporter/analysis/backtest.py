@@ -53,7 +53,7 @@ class Options:
     fetch_chunk_ms: int = 2 * 3600_000
     block_steps: int = 2880
     plots: Sequence[str] = ()
-    # against a server: "server" evaluates the alerts there (exporter.analysis.server), "local"
+    # against a server: "server" evaluates the alerts there (exporter.analysis.remote), "local"
     # reads the raw series and evaluates here, "auto" is local up to AUTO_LOCAL_MAX_MS of range
     engine: str = "auto"
     server_chunk_ms: int = 6 * 3600_000
@@ -197,7 +197,7 @@ def run_backtest(opts: Options, now_ms: Callable[[], int],
         if engine == "auto":
             engine = "local" if end - start <= AUTO_LOCAL_MAX_MS else "server"
         if engine == "server":
-            from .server import ServerError, ServerStats, Unsupported, run_on_server
+            from .remote import ServerError, ServerStats, Unsupported, run_on_server
 
             start = -(-start // step) * step  # subqueries step on multiples of the step: so must the grid
             times = grid(start, end, step)
@@ -257,7 +257,7 @@ def plot_panels(result: Result, exprs: Sequence[str], lookback_ms: int = DEFAULT
     times = result.run.times
     out = []
     if result.engine == "server":
-        from .server import ServerError, Unsupported, plot_on_server
+        from .remote import ServerError, Unsupported, plot_on_server
 
         try:
             got = plot_on_server(result.groups, parse_plots(exprs), result.server_url, times, result.run.interval_ms)

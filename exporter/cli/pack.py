@@ -39,9 +39,9 @@ def rules_main(argv: Sequence[str], env: Mapping[str, str]) -> int:
         p.add_argument("--target", choices=("prometheus", "vmalert"), default="prometheus",
                        help="the rule engine: prometheus (also Thanos Ruler, Mimir's and Cortex's rulers) or "
                             "vmalert (VictoriaMetrics; keep_firing_for kept by helper rules)")
-        p.add_argument("--interval", metavar="DURATION", default="1m",
+        p.add_argument("--interval", metavar="DURATION", default=None,
                        help="--target vmalert: the group's evaluation interval (its helpers count evaluations; "
-                            "default 1m)")
+                            "default: the SLO file's evaluation_interval, 1m)")
 
     ns, slo = parse_slo_command("rules", "Render the alerting pack from an SLO file.", argv, add)
     if slo is None:
@@ -50,7 +50,7 @@ def rules_main(argv: Sequence[str], env: Mapping[str, str]) -> int:
         from ..slo import seconds
 
         try:
-            ok = seconds(ns.interval) > 0
+            ok = ns.interval is None or seconds(ns.interval) > 0
         except ValueError:
             ok = False
         if not ok:

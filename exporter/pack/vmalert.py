@@ -33,7 +33,7 @@ pack on VictoriaMetrics and compares its alert timelines with promtool's.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from ..slo import seconds
 from .alerts import keyed_alert_rules
@@ -92,7 +92,9 @@ def to_vmalert(groups: List[Dict[str, Any]], interval: str = "1m") -> List[Dict[
     return out
 
 
-def render_vmalert_groups(slo: Dict[str, Any], interval: str = "1m") -> List[Dict[str, Any]]:
+def render_vmalert_groups(slo: Dict[str, Any], interval: Optional[str] = None) -> List[Dict[str, Any]]:
+    """The pack for vmalert, evaluated every ``interval`` (default: the SLO's evaluation_interval)."""
+    interval = interval or slo["evaluation_interval"]
     c = Ctx(slo)
     i = seconds(interval)
     rules: List[Dict[str, Any]] = [r.as_rule(slo["labels"]) for r in recording_rules(c)]
@@ -107,5 +109,5 @@ VM_HEADER = ("# Rendered by `vllm-sidecar-exporter rules --slo rules/slo.yaml --
              "# Do not edit by hand: change the SLO file and render again.\n")
 
 
-def render_vmalert(slo: Dict[str, Any], interval: str = "1m") -> str:
+def render_vmalert(slo: Dict[str, Any], interval: Optional[str] = None) -> str:
     return VM_HEADER + dump({"groups": render_vmalert_groups(slo, interval)})

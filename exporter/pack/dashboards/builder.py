@@ -162,7 +162,7 @@ class Builder:
 
     def flight_events_expr(self, window: str = "$__interval") -> str:
         """The flight-recorder events each pod opened over ``window``, per kind (only those > 0)."""
-        return (f"sum by (namespace, pod, kind) (increase({self.s(FLIGHT_EVENTS, False)}[{window}])) > 0")
+        return (f"sum by ({self.by('namespace', 'pod', 'kind')}) (increase({self.s(FLIGHT_EVENTS, False)}[{window}])) > 0")
 
     def flight_annotation(self) -> Dict[str, Any]:
         """An annotation on every event the pods' flight recorders pinned (KV thrashing, a stall,
