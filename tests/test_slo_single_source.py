@@ -26,7 +26,7 @@ availability_sli: engine
 burn_rates:
   page: [{long: 2h, short: 7m, factor: 13}, {long: 8h, short: 40m, factor: 4.5}]
   ticket: [{long: 4d, short: 9h, factor: 1.5}]
-kv_cache: {warn: 0.87, critical: 0.93, held_back_share: 0.8, batch_room: 0.85}
+kv_cache: {warn: 0.87, critical: 0.93, held_back_share: 0.8, batch_room: 0.85, max_num_seqs: 24}
 long_prompt: {tokens: 7000, surge_factor: 4, min_per_second: 0.07, baseline_quantile: 0.92}
 queue: {min_waiting: 12}
 prefix_cache: {min_hit_ratio: 0.35, fleet_factor: 0.55, warmup: 50m}
@@ -81,6 +81,8 @@ def _default_forms():
             continue
         for k, v in body.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
+                if v == 0:  # 0 is "not given" (kv_cache.max_num_seqs), not a threshold
+                    continue
                 number(f"{sec}.{k}", v)
             elif isinstance(v, str) and re.fullmatch(r"\d+[smhd]", v):
                 duration(f"{sec}.{k}", v)

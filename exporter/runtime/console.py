@@ -89,7 +89,8 @@ class View:
             f"p99 {fmt(_q(lat.ttft, 0.99), 's')}   ITL p95 {fmt(_q(lat.itl, 0.95), 's')}"
             f"   e2e p95 {fmt(_q(lat.e2e, 0.95), 's')}",
             f"  KV cache    usage {fmt(kv.usage, '%')}   pressure {LEVELS.get(level, '?') if level is not None else '—'}"
-            f"   waiting {fmt(kv.waiting, '', 0)} (for capacity {fmt(kv.waiting_for_capacity, '', 0)})"
+            f"   waiting {fmt(kv.waiting, '', 0)} (for KV {fmt(kv.waiting_for_capacity, '', 0)}"
+            f"{', ' + CAUSES.get(kv.wait_cause, kv.wait_cause) if kv.wait_cause not in (None, 'none') else ''})"
             f"   preemptions {fmt(tp.preemptions_per_second, '/s')}   full in {fmt(kv.seconds_to_full, 's', 0)}",
             f"  prompts     long {fmt(pr.long_per_second, '/s')} ({fmt(pr.long_ratio, '%')})"
             f"   length p95 {fmt(_q(pr.length, 0.95), ' tokens', 0)}"
@@ -159,6 +160,11 @@ SCALARS: Dict[str, Tuple[str, str]] = {
     "requests_running": ("kv", "running"),
     "requests_waiting": ("kv", "waiting"),
     "requests_waiting_for_capacity": ("kv", "waiting_for_capacity"),
+    "requests_waiting_for_batch": ("kv", "waiting_for_batch"),
+    "kv_cache_usage_peak_ratio": ("kv", "usage_peak"),
+    "kv_cache_warn_poll_ratio": ("kv", "warn_poll_ratio"),
+    "kv_cache_capacity_wait_poll_ratio": ("kv", "capacity_wait_poll_ratio"),
+    "preemption_poll_ratio": ("kv", "preempting_poll_ratio"),
     "long_prompt_requests_per_second": ("prompts", "long_per_second"),
     "long_prompt_request_ratio": ("prompts", "long_ratio"),
     "ttft_mean_seconds": ("latency", "ttft_mean"),
@@ -176,8 +182,11 @@ DISTRIBUTIONS: Dict[str, Tuple[str, str]] = {
 }
 # read apart: requests_finished_per_second (by finished_reason), engine_stalled, and the three
 # series of "GPU busy, tokens low" (baseline, threshold, verdict)
-OTHER = ("requests_finished_per_second", "engine_stalled", "throughput_baseline_tokens_per_second",
+OTHER = ("requests_finished_per_second", "capacity_wait_cause", "batch_ceiling_requests",
+         "engine_stalled", "throughput_baseline_tokens_per_second",
          "throughput_low_threshold_tokens_per_second", "gpu_busy_low_throughput")
+CAUSES = {"kv_usage": "cache full", "kv_batch": "batch below its ceiling, prompts do not fit",
+          "batch_full": "batch at its ceiling"}
 _PARTS = {"throughput": Throughput, "kv": KvQueue, "latency": Latency, "prompts": Prompts, "caches": Caches}
 
 
@@ -240,7 +249,12 @@ def published_from_exposition(text: str, t: float) -> Published:
                                                    sum=sums.get(model, 0.0))
     for labels, v in each("requests_finished_per_second"):
         part(labels["model_name"], "throughput").setdefault("finished_per_second", {})[labels["finished_reason"]] = v
-    for key in OTHER[1:]:
+    for labels, v in each("capacity_wait_cause"):
+        if v == 1.0:
+            part(labels["model_name"], "kv")["wait_cause"] = labels["cause"]
+    for labels, v in each("batch_ceiling_requests"):
+        part(labels["model_name"], "kv").update(batch_ceiling=v, ceiling_source=labels["source"])
+    for key in OTHER[3:]:
         for labels, v in each(key):
             part(labels["model_name"], "other")[key] = v
     out_models = []
