@@ -44,7 +44,7 @@ def naive_rules_file() -> Path:
 
 
 def cells(scenario: Scenario, tl: Timeline) -> Dict[str, Cell]:
-    onset = scenario.onset * tl.interval
+    onset = scenario.onset_s
     out: Dict[str, Cell] = {}
     for tr in tl.tracks:
         eps = tr.episodes(tl.interval)
