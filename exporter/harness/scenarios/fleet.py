@@ -271,11 +271,16 @@ class Fleet:
                 book.put(name, {**job, **dict(labels)}, where, row)
 
 
+REPLICA_INDEX: Dict[str, int] = {}  # pod name -> the replica slot it fills (pod_name's index)
+
+
 def pod_name(deployment: str, revision: int, index: int) -> str:
     """Pod names as a Deployment makes them: a revision hash and a random suffix."""
     h = f"{(revision * 2654435761) % (1 << 32):08x}"[:9]
     suffix = "".join("bcdfghjklmnpqrstvwxz2456789"[(index * 7 + revision * 13 + k * 5) % 27] for k in range(5))
-    return f"{deployment}-{h}-{suffix}"
+    name = f"{deployment}-{h}-{suffix}"
+    REPLICA_INDEX[name] = index
+    return name
 
 
 def with_changes(base: Callable[[int], PodState], **changes) -> Callable[[int], PodState]:

@@ -75,8 +75,13 @@ def alerts(c: Ctx) -> List[Alert]:
               f"at {{{{ $value | humanizePercentage }}}} of the last {c.human(held)} (or of {c.human(episode)} of "
               f"chronic overload). The waiting requests do not fit, whatever the usage gauge reads: new requests "
               f"queue and TTFT climbs. Look for long prompts and lower concurrency."),
+        # ... and, under chronic overload, while the cache still holds requests back and preemptions
+        # came back within windows.episode: one alert per overload, not one per burst
         Alert("VLLMPreemptionsSustained",
-              f"{preempt} >= {c.slo['preemptions']['min_events']}",
+              f"{preempt} >= {c.slo['preemptions']['min_events']}\nor\n(\n"
+              f"  sum by ({by}) (increase(vllm:num_preemptions_total{s()}[{episode}])) >= "
+              f"{c.slo['preemptions']['episode_events']}\n"
+              f"  and on ({by})\n  avg_over_time({held_rec}[{held}]) > 0\n)",
               "warning",
               f"vLLM preempting requests on {who} ({c.model})",
               f"vLLM preempted {{{{ $value | humanize }}}} running requests in the last "
