@@ -393,8 +393,8 @@ def production_trace(trace: str = "conv", history_h: float = 24.0, step: float =
         buckets[int(off // step)].append((p_tok, o_tok))
 
     def from_bucket(base: PodState, b, mult: float) -> PodState:
-        if not b:
-            return replace(base, requests=0.0, running=2.0, kv_usage=0.2)
+        if not b:  # nothing arrived in this step: an idle engine (nothing running, nothing to stall)
+            return replace(base, requests=0.0, running=0.0, kv_usage=0.2)
         req = len(b) / step * scale / pods * mult
         lg = [p for p, _ in b if p > long_tokens]
         sh = sorted(p for p, _ in b if p <= long_tokens) or [prompt_median]

@@ -58,6 +58,7 @@ def alerts(c: Ctx) -> List[Alert]:
     slow = surge(lr, c.mrec("vllm_long_prompt_requests_per_replica", "rate"), c.rec("vllm_long_prompt_requests", "ratio_rate"))
     held_rec = c.rec("vllm_requests_held_back", "bool")
     episode = c.windows["episode"]
+    recent = c.windows["episode_recent"]
     preempt = c.rec("vllm_preemptions", "increase" + c.windows["preemptions"])
     return [
         # Requests held back by the KV cache (waiting for capacity it cannot give, preempted, or
@@ -67,7 +68,8 @@ def alerts(c: Ctx) -> List[Alert]:
         Alert("VLLMKVCacheExhausted",
               f"avg_over_time({held_rec}[{held}]) >= {kv['held_back_share']}\n"
               f"or\n(\n  avg_over_time({held_rec}[{episode}]) >= {kv['episode_share']}\n"
-              f"  and on ({by})\n  avg_over_time({held_rec}[{held}]) > 0\n)",
+              f"  and on ({by})\n  avg_over_time({held_rec}[{recent}]) >= {kv['episode_share']}\n"
+              f"  and on ({by})\n  avg_over_time({held_rec}[{held}]) > {kv['episode_gate']}\n)",
               "critical",
               f"vLLM KV cache cannot take the waiting requests on {who} ({c.model})",
               f"Requests have been held back by the KV cache (waiting for capacity while the cache is at "
@@ -81,7 +83,7 @@ def alerts(c: Ctx) -> List[Alert]:
               f"{preempt} >= {c.slo['preemptions']['min_events']}\nor\n(\n"
               f"  sum by ({by}) (increase(vllm:num_preemptions_total{s()}[{episode}])) >= "
               f"{c.slo['preemptions']['episode_events']}\n"
-              f"  and on ({by})\n  avg_over_time({held_rec}[{held}]) > 0\n)",
+              f"  and on ({by})\n  avg_over_time({held_rec}[{held}]) > {kv['episode_gate']}\n)",
               "warning",
               f"vLLM preempting requests on {who} ({c.model})",
               f"vLLM preempted {{{{ $value | humanize }}}} running requests in the last "
