@@ -126,6 +126,12 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
                   f"  + on ({by})\n  (({c.rec('vllm_preemptions', 'rate', c.S2)} > bool 0) or on ({by}) {cap} * 0)\n"
                   f"  + on ({by})\n  (({c.rec('vllm_admission_rejections', 'rate')} > bool 0) or on ({by}) {cap} * 0),\n"
                   f"  1\n)"),
+        # its share over the held-back window, recorded so that the KV alert can ask whether it was
+        # reached at some point of a longer window (a chronic overload is one episode)
+        # (only once the replica has a whole window of it: a pod's first sample is no share)
+        Recording(c.rec("vllm_requests_held_back", "avg_over_time" + c.windows["held_back"]),
+                  f"avg_over_time({c.rec('vllm_requests_held_back', 'bool')}[{c.windows['held_back']}])\n"
+                  f"and on ({by})\n{c.rec('vllm_requests_held_back', 'bool')} offset {c.windows['held_back']}"),
     ]
 
 

@@ -57,6 +57,7 @@ def alerts(c: Ctx) -> List[Alert]:
     fast = surge(sidecar_now, c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"), sidecar_ratio)
     slow = surge(lr, c.mrec("vllm_long_prompt_requests_per_replica", "rate"), c.rec("vllm_long_prompt_requests", "ratio_rate"))
     held_rec = c.rec("vllm_requests_held_back", "bool")
+    held_avg = c.rec("vllm_requests_held_back", "avg_over_time" + held)
     episode = c.windows["episode"]
     recent = c.windows["episode_recent"]
     preempt = c.rec("vllm_preemptions", "increase" + c.windows["preemptions"])
@@ -66,10 +67,10 @@ def alerts(c: Ctx) -> List[Alert]:
         # share of a longer one: the steady signals (the sidecar's share of its polls where it has it),
         # never the saw-tooth of usage. Usage alone never fires: vLLM fills its cache by design.
         Alert("VLLMKVCacheExhausted",
-              f"avg_over_time({held_rec}[{held}]) >= {kv['held_back_share']}\n"
-              f"or\n(\n  avg_over_time({held_rec}[{episode}]) >= {kv['episode_share']}\n"
+              f"{held_avg} >= {kv['held_back_share']}\n"
+              f"or\n(\n  max_over_time({held_avg}[{episode}]) >= {kv['held_back_share']}\n"
               f"  and on ({by})\n  avg_over_time({held_rec}[{recent}]) >= {kv['episode_share']}\n"
-              f"  and on ({by})\n  avg_over_time({held_rec}[{held}]) > {kv['episode_gate']}\n)",
+              f"  and on ({by})\n  {held_avg} > {kv['episode_gate']}\n)",
               "critical",
               f"vLLM KV cache cannot take the waiting requests on {who} ({c.model})",
               f"Requests have been held back by the KV cache (waiting for capacity while the cache is at "
@@ -80,10 +81,11 @@ def alerts(c: Ctx) -> List[Alert]:
         # ... and, under chronic overload, while the cache still holds requests back and preemptions
         # came back within windows.episode: one alert per overload, not one per burst
         Alert("VLLMPreemptionsSustained",
-              f"{preempt} >= {c.slo['preemptions']['min_events']}\nor\n(\n"
+              f"(\n  {preempt} >= {c.slo['preemptions']['min_events']}\n  and on ({by})\n"
+              f"  {preempt} offset {c.windows['preemptions']} > 0\n)\nor\n(\n"
               f"  sum by ({by}) (increase(vllm:num_preemptions_total{s()}[{episode}])) >= "
               f"{c.slo['preemptions']['episode_events']}\n"
-              f"  and on ({by})\n  avg_over_time({held_rec}[{held}]) > {kv['episode_gate']}\n)",
+              f"  and on ({by})\n  {held_avg} > {kv['episode_gate']}\n)",
               "warning",
               f"vLLM preempting requests on {who} ({c.model})",
               f"vLLM preempted {{{{ $value | humanize }}}} running requests in the last "
