@@ -141,11 +141,12 @@ def _cell_text(r) -> str:
         body = "silent" if ours is None else f"loud {_m(ours)}"
     else:
         body = f"{_m(ours)} / **{_m(page)}**"
-    mark = "" if r.ok else " ✗"
+    mark = " ✗" if not r.ok else (" (excused)" if r.excused else "")
     return f"{body} · naive {_m(theirs)}{mark}"
 
 
-def render_matrix(results, raw_results, agreement, slo_path: Optional[str], seconds: float, cells_run: int) -> str:
+def render_matrix(results, raw_results, agreement, slo_path: Optional[str], seconds: float, cells_run: int,
+                  subset: str = "") -> str:
     from .matrix import HISTORIES, REPLICAS, SCRAPES
 
     lines = [
@@ -189,6 +190,10 @@ def render_matrix(results, raw_results, agreement, slo_path: Optional[str], seco
                 if not row:
                     continue
                 lines.append(f"| {h} | {n} | " + " | ".join(_cell_text(row[i]) if i in row else "" for i in scrapes) + " |")
+        excused = [r for r in rs if r.excused]
+        if excused:
+            lines += ["", "Cannot be met (excused): " + excused[0].excused + ".",
+                      "Cells: " + ", ".join(str(r.cell) for r in excused) + "."]
         bad = [r for r in rs if not r.ok]
         if bad:
             lines += ["", "Not met:", ""]
@@ -219,6 +224,8 @@ def render_matrix(results, raw_results, agreement, slo_path: Optional[str], seco
         for cell, same in agreement:
             lines.append(f"- {cell}: {'same' if same else 'DIFFERENT'}")
         lines.append("")
+    if subset:
+        lines.append(f"_A subset of the matrix: {subset}._")
     lines.append(f"_{cells_run} cells (and {len(raw_results)} without the sidecar) evaluated in {seconds:.0f} s._")
     return "\n".join(lines) + "\n"
 
@@ -270,7 +277,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 sc = matrix.scenario_for(c, exact=True)
                 same = table(backtest_timeline(sc, pack_rules)) == table(promtool_timeline(sc, pack_rules, alerts))
                 agreement.append((c, same))
-        Path(ns.out).write_text(render_matrix(results, raw, agreement, ns.slo, time.monotonic() - t0, len(results)))
+        subset = ", ".join(f"{k} {v}" for k, v in (("scenarios", ",".join(ns.only)), ("replicas", ns.replicas),
+                                                   ("scrapes", ns.scrapes), ("histories", ns.histories)) if v)
+        Path(ns.out).write_text(render_matrix(results, raw, agreement, ns.slo, time.monotonic() - t0, len(results),
+                                              subset))
         sys.stderr.write(f"wrote {ns.out}\n")
         return 0 if all(r.ok for r in results) else 1
     results = []

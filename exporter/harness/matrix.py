@@ -72,7 +72,12 @@ RECORDED: Dict[str, Callable[[float], Scenario]] = {
     "recorded-busy-overloaded": catalog.recorded_busy_overloaded,
 }
 # cells that cannot meet an expectation, and why (docs/detection.md prints it)
-EXCUSED: Dict[Tuple[str, str], str] = {}
+EXCUSED: Dict[Tuple[str, str], str] = {
+    ("capacity-bound-flood", "none"): (
+        "the sidecar and Prometheus start in the middle of the flood: no batch was ever seen uncontended, so the "
+        "waits (at 0.55-0.68 usage) cannot be told from a full batch, and a flood's batch is never learned as the "
+        "ceiling; give the ceiling (`kv_cache.max_num_seqs`, the sidecar's `--max-num-seqs`) and it pages at once"),
+}
 
 
 def all_cells() -> List[Cell]:
@@ -110,7 +115,9 @@ def cut(sc: Scenario, replicas: int, scrape: float) -> Scenario:
             slot = np.minimum((where + k - 1) // k, len(idx) - 1)
             r.stale[slot] = True
             r.stale &= np.isnan(r.v)
-    return replace(sc, book=out, onset=int(math.ceil(sc.onset / k)), replicas=replicas)
+    pods = max(1, sc.replicas)
+    expect = {a: n * replicas // pods for a, n in sc.expect_episodes.items()}
+    return replace(sc, book=out, onset=int(math.ceil(sc.onset / k)), replicas=replicas, expect_episodes=expect)
 
 
 def scenario_for(cell: Cell, exact: bool = False) -> Scenario:
@@ -143,6 +150,7 @@ class Result:
     pack_tl: Timeline
     naive_tl: Timeline
     problems: List[str]
+    excused: str = ""
 
     @property
     def ok(self) -> bool:
@@ -182,6 +190,9 @@ def evaluate(cell: Cell, pack_rules: Path, naive_rules: Path, exact: bool = Fals
         for a, n in episodes_per_day(sc, ptl).items():
             if n > 2:
                 problems.append(f"{a}: {n:g} episodes a day")
+    why = EXCUSED.get((cell.scenario, cell.history), "")
+    if why and problems and not raw_only:
+        return Result(cell, sc, pv, nv, ptl, ntl, [], why + " (not met: " + "; ".join(problems) + ")")
     return Result(cell, sc, pv, nv, ptl, ntl, problems)
 
 
