@@ -143,3 +143,18 @@ def test_backtest_and_promtool_judge_a_scenario_alike(tmp_path):
     assert table(theirs), "promtool saw no alert at all"
     assert table(ours) == table(theirs)
     assert judge(sc, ours).ok
+
+
+def test_the_capacity_bound_flood_seen_from_its_middle_pages_once_the_ceiling_is_given(tmp_path, naive):
+    """Prometheus starts in the middle of the flood: no batch was ever seen uncontended, so without
+    a ceiling nothing can tell the waits from a full batch (the excused cell of the matrix). With
+    kv_cache.max_num_seqs given (20, as the flood's vLLM ran), the raw series page at once."""
+    slo_file = tmp_path / "slo.yaml"
+    slo_file.write_text("kv_cache: {max_num_seqs: 20}\n")
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render_plain(load_slo(str(slo_file))))
+    cell = Cell("capacity-bound-flood", 1, 30, "none")
+    blind = matrix.evaluate(cell, RULES, naive, exact=True, raw_only=True)
+    assert blind.pack.first_page is None
+    told = matrix.evaluate(cell, rules, naive, exact=True, raw_only=True)
+    assert told.pack.first_page is not None and told.pack.first_page <= 5.0, told.pack.rows
