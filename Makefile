@@ -68,7 +68,7 @@ bench: $(VPY) deps
 	$(VPY) bench/bench_pack.py --write docs/performance.md
 
 detection: $(VPY)
-	$(VPY) -m exporter.harness.detection --out docs/detection.md
+	$(VPY) -m exporter.harness.detection --matrix --out docs/detection.md
 
 bench-listener: $(VPY)
 	$(VPY) bench/bench_listener.py $(ARGS)

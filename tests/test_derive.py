@@ -294,7 +294,9 @@ def test_first_read_gives_the_gauges_and_nothing_else(after_load):
     assert sample_value(after_load, "vllm:num_preemptions_total") == 0  # never preempted: the level is known
     assert value(pts, "kv_cache_pressure_level", model_name=M) == 0
     assert names(pts) == {"kv_cache_usage_ratio", "kv_cache_pressure_level", "requests_running",
-                          "requests_waiting", "requests_waiting_for_capacity"}
+                          "requests_waiting", "requests_waiting_for_capacity", "requests_waiting_for_batch",
+                          "capacity_wait_cause", "kv_cache_usage_peak_ratio", "kv_cache_warn_poll_ratio",
+                          "kv_cache_capacity_wait_poll_ratio"}
     # preemptions since vLLM started, maybe inside the window, maybe not: one page cannot say
     preempted = snap(pt.set_values(after_load, {"vllm:num_preemptions_total": 3}), T0)
     assert "kv_cache_pressure_level" not in names(derive([preempted], [preempted], T0, cfg()))
@@ -356,3 +358,65 @@ def test_requests_waiting_behind_a_full_batch_are_not_waiting_for_kv(after_load)
     assert value(empty, "kv_cache_pressure_level", model_name=M) == 0
     assert value(full, "requests_waiting_for_capacity", model_name=M) == 5
     assert value(full, "kv_cache_pressure_level", model_name=M) == 2
+
+
+def _busy(page, running, capacity=0, usage=0.5, preemptions=None):
+    text = pt.set_values(page, {"vllm:kv_cache_usage_perc": usage, "vllm:num_requests_running": running,
+                                "vllm:num_requests_waiting": capacity})
+    text = pt.set_values(text, {"vllm:num_requests_waiting_by_reason": capacity}, 'reason="capacity"')
+    if preemptions is not None:
+        text = pt.set_values(text, {"vllm:num_preemptions_total": preemptions})
+    return text
+
+
+def test_capacity_waiters_below_the_batch_ceiling_are_held_back_by_kv_whatever_the_usage(after_load):
+    """The capacity-bound flood recorded on the real CPU vLLM: 9 requests held back for capacity
+    with KV usage at 0.62 and 4 of 20 sequences running. The batch ran 18 while nothing waited
+    (the ceiling learned from uncontended polls), so the 9 do not fit in the cache: KV-bound,
+    saturated; the cause says which explanation holds."""
+    pages = [(T0 + 2 * i, _busy(after_load, 18)) for i in range(5)]
+    pages += [(T0 + 10 + 2 * i, _busy(after_load, 4, capacity=9, usage=0.62)) for i in range(10)]
+    pts = run(pages, window=60, poll_interval=2)
+    assert value(pts, "requests_waiting_for_capacity", model_name=M) == 9
+    assert value(pts, "requests_waiting_for_batch", model_name=M) == 0
+    assert value(pts, "kv_cache_pressure_level", model_name=M) == 2
+    assert value(pts, "capacity_wait_cause", model_name=M, cause="kv_batch") == 1
+    assert value(pts, "batch_ceiling_requests", model_name=M, source="learned") == 18
+    # 10 of the window's 15 polls held back by the cache; usage never at the warn level
+    assert value(pts, "kv_cache_capacity_wait_poll_ratio", model_name=M) == pytest.approx(10 / 15)
+    assert value(pts, "kv_cache_warn_poll_ratio", model_name=M) == 0
+    assert value(pts, "kv_cache_usage_peak_ratio", model_name=M) == pytest.approx(0.62)
+
+
+def test_a_full_batch_explains_capacity_waiters_and_a_flood_is_never_learned_as_the_ceiling(after_load):
+    full = run([(T0 + 2 * i, _busy(after_load, 18)) for i in range(3)]
+               + [(T0 + 6, _busy(after_load, 18, capacity=5, usage=0.4))], window=60, poll_interval=2)
+    assert value(full, "requests_waiting_for_capacity", model_name=M) == 0
+    assert value(full, "requests_waiting_for_batch", model_name=M) == 5
+    assert value(full, "capacity_wait_cause", model_name=M, cause="batch_full") == 1
+    # a sidecar started in the middle of the flood: it never saw an uncontended batch, so it has no
+    # ceiling and cannot tell (only usage at the warn level would say KV) ...
+    flood = [(T0 + 2 * i, _busy(after_load, 4, capacity=9, usage=0.62)) for i in range(20)]
+    mid = run(flood, window=60, poll_interval=2)
+    assert value(mid, "requests_waiting_for_capacity", model_name=M) == 0
+    assert mid.models[0].kv.batch_ceiling is None
+    # ... unless the operator gives max_num_seqs: then the 4 of 20 running are KV-bound at once
+    told = run(flood, window=60, poll_interval=2, max_num_seqs=20)
+    assert value(told, "requests_waiting_for_capacity", model_name=M) == 9
+    assert value(told, "batch_ceiling_requests", model_name=M, source="config") == 20
+    assert value(told, "kv_cache_capacity_wait_poll_ratio", model_name=M) == 1
+
+
+def test_preemptions_and_usage_peaks_are_counted_at_every_poll(after_load):
+    """A saw-tooth a 15 s scrape misses: usage at 0.99 on one poll in five, a preemption on two of
+    the window's polls; the peak, the warn share and the preempting share come from every poll."""
+    pages = []
+    total = 0
+    for i in range(30):
+        if i in (7, 21):
+            total += 1
+        pages.append((T0 + 2 * i, _busy(after_load, 10, usage=0.99 if i % 5 == 0 else 0.4, preemptions=total)))
+    pts = run(pages, window=60, poll_interval=2)
+    assert value(pts, "kv_cache_usage_peak_ratio", model_name=M) == 0.99
+    assert value(pts, "kv_cache_warn_poll_ratio", model_name=M) == pytest.approx(6 / 30)
+    assert value(pts, "preemption_poll_ratio", model_name=M) == pytest.approx(2 / 29)

@@ -32,8 +32,8 @@ BAD = "vllm-2"
 EXPECTED_INCIDENT = {
     "VLLMLongPromptSurge": 2,         # rules' 5m rate over 3x the model's normal at +2 (no sidecar rate here), 30s for
     "VLLMGPUBusyLowThroughput": 5,    # sidecar flags it at +3, 2m for
-    "VLLMKVCacheExhausted": 5,        # held back at 3 of every 4 evaluations of 2m from +2, cache full, 30s for
-    "VLLMPreemptionsSustained": 8,    # preempting from +3, 5m for
+    "VLLMKVCacheExhausted": 6,        # waits with the cache at the warn level at 3 of every 4 evaluations of 2m, 30s for
+    "VLLMPreemptionsSustained": 4,    # preempting from +3: 2 in 5m with some in the 5m before (the normal ones), 30s for
     "VLLMQueueBuildup": 11,           # 10 waiting and growing at +6, 5m for
     "VLLMTTFTHigh": 12,               # p95 over 3 s from +2, 10m for
     "VLLMTTFTMeanHigh": 12,
@@ -139,7 +139,9 @@ def test_the_incident_fires_the_right_alerts_early_and_in_order(night):
     # early: the signature of the night (long prompts, busy GPUs with few tokens) pages within minutes,
     # well before the TTFT SLO alert the user had, which needs its 10 minutes
     assert first["VLLMLongPromptSurge"] < first["VLLMKVCacheExhausted"] < first["VLLMTTFTHigh"]
-    assert first["VLLMGPUBusyLowThroughput"] <= 5 and first["VLLMKVCacheExhausted"] <= 5
+    # a page within five minutes; the KV page from raw series at 1-minute evaluations counts the waits as the
+    # cache's only once it reached the warn level (+3 here), a minute later than the old rule counted them
+    assert first["VLLMGPUBusyLowThroughput"] <= 5 and first["VLLMKVCacheExhausted"] <= 6
 
 
 def test_a_busy_but_healthy_day_fires_nothing(night):

@@ -1,8 +1,8 @@
 """What the pack asks of Prometheus at every evaluation: no per-replica series is read over more
-than an hour on a current vLLM. A read over days costs its window's samples for every series it
-selects, and replicas are many and renamed at every rollout (each name a series of its own that
-stays in the window for its whole length), so the long windows read per-model series only. The
-one exception reads nothing on a current release (below)."""
+than an hour. A read over days costs its window's samples for every series it selects, and
+replicas are many and renamed at every rollout (each name a series of its own that stays in the
+window for its whole length), so the long windows read per-model series only (the batch ceiling
+too: the highest uncontended batch of the model's replicas, recorded per model)."""
 
 import pytest
 import yaml
@@ -40,16 +40,22 @@ def test_long_windows_read_per_model_series_only():
     # the check can see what it looks for: the pack does read days (burn rates, baselines, capacity)
     assert max(reads.values()) >= 14 * 24 * HOUR_MS and len(reads) >= 5, reads
     per_replica = {name for name in reads if not name.startswith("namespace_model:")}
-    # the old-release batch peak: the running batch only where vLLM gives no waiting reason
-    assert per_replica == {"namespace_pod_model:vllm_requests_running_old_release:sum"}, per_replica
+    assert per_replica == set(), per_replica
+    assert "namespace_model:vllm_requests_running_uncontended:max" in reads
 
 
-def test_the_old_release_series_is_empty_where_vllm_gives_the_reason():
-    rules = {r.get("record"): r["expr"] for g in yaml.safe_load((ROOT / rules_mod.PLAIN_PATH).read_text())["groups"]
-             for r in g["rules"]}
-    expr = rules["namespace_pod_model:vllm_requests_running_old_release:sum"]
-    assert expr.startswith("namespace_pod_model:vllm_requests_running:sum\nunless on (namespace, pod, model_name)\n")
-    assert 'vllm:num_requests_waiting_by_reason{reason="capacity"}' in expr
+def test_the_ceiling_is_the_uncontended_batch_or_the_operators_max_num_seqs():
+    def rules(slo):
+        return {r.get("record"): r["expr"] for g in yaml.safe_load(rules_mod.render_plain(slo))["groups"]
+                for r in g["rules"]}
+    learned = rules(load_slo(None))
+    assert learned["namespace_pod_model:vllm_requests_running_uncontended:sum"].startswith(
+        "namespace_pod_model:vllm_requests_running:sum\nunless on (namespace, pod, model_name)\n")
+    assert learned["namespace_model:vllm_batch_ceiling:max"] == \
+        "max_over_time(namespace_model:vllm_requests_running_uncontended:max[1d])"
+    slo = load_slo(None)
+    slo["kv_cache"]["max_num_seqs"] = 20
+    assert rules(slo)["namespace_model:vllm_batch_ceiling:max"].endswith("* 0 + 20")
 
 
 def test_a_renamed_replica_level_moves_the_check_with_it():
@@ -58,8 +64,8 @@ def test_a_renamed_replica_level_moves_the_check_with_it():
     slo["replica_labels"] = ["cluster", "namespace", "pod"]
     text = rules_mod.render_plain(slo)
     reads = long_reads(text, HOUR_MS)
-    assert {n for n in reads if not n.startswith("cluster_namespace_model:")} == \
-        {"cluster_namespace_pod_model:vllm_requests_running_old_release:sum"}
+    assert {n for n in reads if not n.startswith("cluster_namespace_model:")} == set()
+    assert "cluster_namespace_model:vllm_requests_running_uncontended:max" in reads
 
 
 # -- the two cheaper reads, evaluated by promtool (Prometheus' rule engine) ------------------------
@@ -71,28 +77,32 @@ def _expr_case(input_series, checks, minutes=40):
 
 @pytest.mark.prometheus
 def test_promtool_the_old_release_fallback_still_holds_on_old_pages_and_is_idle_on_current_ones(tmp_path):
-    """A batch that ran at 32 for ten minutes, then at 20 with 4 requests waiting. On a current
-    page (vLLM's reason says deferred, not capacity) the old-release series is empty and the wait
-    is vLLM's own count, 0. On an old page (no waiting reason) the series is the batch, and the
-    requests waiting below the batch's peak are held back by the cache: 4 (at its peak: 0)."""
-    rec = "namespace_pod_model:vllm_requests_running_old_release:sum"
+    """A batch that ran at 32 for ten minutes with nothing waiting, then at 20 with 4 requests
+    waiting, the cache half used. On a current page (vLLM's reason says deferred, not capacity)
+    nobody waits for capacity: 0. On an old page (no waiting reason) every waiting request is a
+    candidate, and below 0.9 of the ceiling (32, learned while nothing waited) they are held back
+    by the cache: 4. The ceiling is per model and never learned from the contended batch."""
     cap = "namespace_pod_model:vllm_requests_waiting_capacity:sum"
+    ceiling = "namespace_model:vllm_batch_ceiling:max"
     batch = gauge(lambda m: 32 if m < 10 else 20, 40)
+    waits = gauge(lambda m: 0 if m < 10 else 4, 40)
+    usage = gauge(lambda m: 0.5, 40)
     cur, old = vllm_labels(pod="cur"), vllm_labels(pod="old", engine=None)
     out = {"namespace": "llm", "model_name": "llama-70b"}
     cases = [
         _expr_case([series("vllm:num_requests_running", cur, batch),
-                    series("vllm:num_requests_waiting", cur, gauge(lambda m: 4, 40)),
+                    series("vllm:kv_cache_usage_perc", cur, usage),
+                    series("vllm:num_requests_waiting", cur, waits),
                     series("vllm:num_requests_waiting_by_reason", {**cur, "reason": "capacity"}, gauge(lambda m: 0, 40)),
-                    series("vllm:num_requests_waiting_by_reason", {**cur, "reason": "deferred"}, gauge(lambda m: 4, 40))],
-                   [(5, rec, []), (20, rec, []),
-                    (20, cap, [{"labels": fmt_series(cap, {**out, "pod": "cur"}), "value": 0}])]),
+                    series("vllm:num_requests_waiting_by_reason", {**cur, "reason": "deferred"}, waits)],
+                   [(20, cap, [{"labels": fmt_series(cap, {**out, "pod": "cur"}), "value": 0}]),
+                    (20, ceiling, [{"labels": fmt_series(ceiling, out), "value": 32}])]),
         _expr_case([series("vllm:num_requests_running", old, batch),
-                    series("vllm:num_requests_waiting", old, gauge(lambda m: 4, 40))],
-                   [(5, rec, [{"labels": fmt_series(rec, {**out, "pod": "old"}), "value": 32}]),
-                    (20, rec, [{"labels": fmt_series(rec, {**out, "pod": "old"}), "value": 20}]),
-                    (5, cap, [{"labels": fmt_series(cap, {**out, "pod": "old"}), "value": 0}]),
-                    (20, cap, [{"labels": fmt_series(cap, {**out, "pod": "old"}), "value": 4}])]),
+                    series("vllm:gpu_cache_usage_perc", old, usage),
+                    series("vllm:num_requests_waiting", old, waits)],
+                   [(5, cap, [{"labels": fmt_series(cap, {**out, "pod": "old"}), "value": 0}]),
+                    (20, cap, [{"labels": fmt_series(cap, {**out, "pod": "old"}), "value": 4}]),
+                    (20, ceiling, [{"labels": fmt_series(ceiling, out), "value": 32}])]),
     ]
     r = run_promtool(tmp_path, cases)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -75,17 +75,25 @@ CASES["VLLMKVCacheExhausted"] = [
          [quiet(m, "VLLMKVCacheExhausted") for m in (7, 8, 14, 15, 21)]),
     # requests waiting for capacity, but the cache never filled
     case(kv_series(0.80, capacity=5), [quiet(20, "VLLMKVCacheExhausted")]),
-    # older vLLM: requests wait while the batch runs below its peak: only the cache holds them
-    case(old_release(lambda m: 0.99, lambda m: 4, lambda m: 32 if m < 10 else 20),
+    # older vLLM: the batch ran 32 while nothing waited (its ceiling), then requests wait while it
+    # runs 20 at moderate usage: the batch has room, so only the cache holds them
+    case(old_release(lambda m: 0.6, lambda m: 0 if m < 10 else 4, lambda m: 32 if m < 10 else 20),
          [quiet(10, "VLLMKVCacheExhausted"), at(14, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "100%"))]),
-    # older vLLM: requests wait behind a full batch (at its peak): a queue, not the cache: quiet
-    case(old_release(lambda m: 0.99, lambda m: 4, lambda m: 32), [quiet(m, "VLLMKVCacheExhausted") for m in (10, 20, 30)]),
+    # older vLLM: requests wait behind a batch at its ceiling with the cache half used: a queue, not the cache
+    case(old_release(lambda m: 0.6, lambda m: 0 if m < 10 else 4, lambda m: 32),
+         [quiet(m, "VLLMKVCacheExhausted") for m in (10, 20, 30)]),
+    # the capacity-bound flood: 9 held back at 0.62 usage with 4 of a 20-request ceiling running
+    case([
+        series("vllm:kv_cache_usage_perc", V, gauge(lambda m: 0.62, N)),
+        series("vllm:num_requests_running", V, gauge(lambda m: 18 if m < 10 else 4, N)),
+        series("vllm:num_requests_waiting_by_reason", {**V, "reason": "capacity"}, gauge(lambda m: 0 if m < 10 else 9, N))],
+         [quiet(10, "VLLMKVCacheExhausted"), at(14, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "100%"))]),
 ]
 
 CASES["VLLMPreemptionsSustained"] = [
     case([series("vllm:num_preemptions_total", V, counter(lambda m: 6, N))],
          [quiet(5, "VLLMPreemptionsSustained"),
-          at(10, "VLLMPreemptionsSustained", expect("VLLMPreemptionsSustained", W, "100m"))]),
+          at(10, "VLLMPreemptionsSustained", expect("VLLMPreemptionsSustained", W, "30"))]),
     # one burst of preemptions is not sustained
     case([series("vllm:num_preemptions_total", V, counter(lambda m: 20 if m == 3 else 0, N))],
          [quiet(m, "VLLMPreemptionsSustained") for m in (4, 6, 8, 10, 15)]),

@@ -1,40 +1,85 @@
-"""The pack on fleets as they really behave, with the shipped SLO file (a day of history before each
-incident, so every baseline window is full): a busy healthy day and a rolling deploy page nobody;
-the user's night warns within a minute and pages within five; a pod replaced mid-burst keeps its
-errors in the budget; errors inside HTTP-200 streams burn it; chronic overload on an old vLLM
-release is one alert per overload. Evaluated with the backtest engine (equal to promtool's, see
-test_backtest_promtool.py), and one scenario again through promtool itself.
+"""The detection matrix, sampled (the whole matrix: ``make detection``, docs/detection.md): every
+scenario, every replica count {1, 2, 3, 8} and every scrape interval {5, 15, 30, 60 s} at least
+once, rules every 30 s, the sidecar's series derived by the runtime's own code over pages at its
+2 s poll. Each cell must meet its expectations (the user's night warns within a minute and pages
+within five, healthy and rollout stay silent, errors burn the budget, chronic overload is one
+episode per overload and at most two a day) and never fire its first loud alert later than the
+user's naive rules. Evaluated with the backtest engine (equal to promtool's, see
+test_backtest_promtool.py), and one cell again through promtool itself.
 """
 
 import numpy as np
 import pytest
 
 from conftest import ROOT
-from exporter.harness.scenarios.catalog import SCENARIOS, churn_error_burst, seed_night
+from exporter.harness import matrix
+from exporter.harness.detection import naive_rules_file
+from exporter.harness.matrix import Cell
+from exporter.harness.scenarios.catalog import churn_error_burst, seed_night
 from exporter.harness.scenarios.judge import backtest_timeline, judge, promtool_timeline
 from exporter.pack.rules import render_plain
 from exporter.slo import load_slo
 
 RULES = ROOT / "rules" / "vllm.rules.yml"
 
+SAMPLE = [
+    Cell("seed-night", 1, 60, "none"),
+    Cell("seed-night", 2, 15, "none"),
+    Cell("capacity-bound-flood", 1, 15, "1h"),
+    Cell("busy-healthy-day", 1, 30, "none"),
+    Cell("rolling-deploy", 2, 60, "none"),
+    Cell("churn-error-burst", 1, 30, "none"),
+    Cell("stream-errors", 3, 60, "none"),
+    Cell("chronic-overload", 1, 30, "none"),
+    Cell("chronic-overload-old-release", 8, 60, "none"),
+    Cell("production-trace-code", 1, 5, "none"),
+    Cell("production-trace-conv", 1, 15, "none"),
+    Cell("recorded-long-prompt-flood", 1, 15, "recorded"),
+    Cell("recorded-busy-healthy", 1, 60, "recorded"),
+    Cell("recorded-busy-overloaded", 1, 30, "recorded"),
+]
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_scenario_meets_its_expectations(name):
-    sc = SCENARIOS[name]()
-    v = judge(sc, backtest_timeline(sc, RULES))
-    report = "\n".join(f"  {a} on {r}: first {f:+.1f}m, {e} episodes, {m:.0f} minutes" for a, r, f, e, m, _ in v.rows)
-    assert v.ok, f"{name}: " + "; ".join(v.problems) + "\n" + report
-    if sc.quiet:
-        assert not [r for r in v.rows], f"{name} should be quiet:\n{report}"
+
+def test_the_sample_covers_every_scenario_replica_count_and_interval():
+    assert {c.scenario for c in SAMPLE} == set(matrix.SYNTHETIC) | set(matrix.RECORDED)
+    assert {c.replicas for c in SAMPLE} == set(matrix.REPLICAS)
+    assert {c.scrape for c in SAMPLE} == set(matrix.SCRAPES)
+    assert len(matrix.all_cells()) == len(matrix.SYNTHETIC) * 4 * 4 * 3 + len(matrix.RECORDED) * 4
 
 
-def test_the_users_night_warns_within_a_minute_and_pages_within_five():
-    sc = seed_night()
-    v = judge(sc, backtest_timeline(sc, RULES))
-    assert v.first_warning is not None and v.first_warning <= 1.0, v.rows
-    assert v.first_page is not None and v.first_page <= 5.0, v.rows
-    bad = {r[1] for r in v.rows}
-    assert len(bad) == 1, f"only the flooded replica may alert, got {bad}"
+@pytest.fixture(scope="module")
+def naive():
+    return naive_rules_file()
+
+
+@pytest.mark.parametrize("cell", SAMPLE, ids=str)
+def test_cell_meets_its_expectations(cell, naive):
+    r = matrix.evaluate(cell, RULES, naive, exact=True)
+    report = "\n".join(f"  {a} on {p}: first {f:+.1f}m, {e} episodes, {m:.0f} minutes" for a, p, f, e, m, _ in r.pack.rows)
+    assert r.ok, f"{cell}: " + "; ".join(r.problems) + "\n" + report
+    if r.scenario.quiet:
+        assert not matrix.loud_alerts(r.pack_tl), report
+
+
+def test_the_capacity_bound_flood_pages_from_raw_vllm_series_alone(naive):
+    """No sidecar at all, Prometheus every 15 s: 8-11 requests held back for capacity at KV usage
+    0.55-0.68 with 4 of 20 running. The batch ran far higher while nothing waited (the ceiling the
+    rules learn from uncontended evaluations), so the waits are the cache's: a page within five
+    minutes. The naive rules (KV usage over 0.95) never fire."""
+    r = matrix.evaluate(Cell("capacity-bound-flood", 1, 15, "1h"), RULES, naive, exact=True, raw_only=True)
+    assert not [k for k in r.scenario.book.series if k[0].startswith("vllm_sidecar_")]
+    assert r.ok, r.problems
+    assert r.pack.first_page is not None and r.pack.first_page <= 5.0
+    assert matrix.first_loud(r.scenario, r.naive_tl) is None
+
+
+def test_two_overloads_an_hour_apart_stay_two_episodes(naive):
+    r = matrix.evaluate(Cell("chronic-overload", 1, 30, "none"), RULES, naive, exact=True)
+    kv = [t for t in r.pack_tl.tracks if t.alert == "VLLMKVCacheExhausted"]
+    assert len(kv) == 1 and len(kv[0].episodes(r.pack_tl.interval)) == 2
+    # the naive rules flap on the same overload: that is what the pack is for
+    naive_eps = max(len(t.episodes(r.naive_tl.interval)) for t in r.naive_tl.loud())
+    assert naive_eps > 2
 
 
 def test_a_replaced_pods_errors_stay_in_the_burn_windows():
@@ -44,7 +89,7 @@ def test_a_replaced_pods_errors_stay_in_the_burn_windows():
     from exporter.analysis.rulemanager import run as run_rules
     from exporter.analysis.series import Store
 
-    sc = churn_error_burst()
+    sc = churn_error_burst(history_h=1.0, step=60.0, pods=2)
     book = sc.book
     times = np.array([int(round(book.t(i) * 1000)) for i in range(book.n)], dtype=np.int64)
     store = Store()
@@ -79,13 +124,13 @@ def test_a_replaced_pods_errors_stay_in_the_burn_windows():
 
 
 def test_backtest_and_promtool_judge_a_scenario_alike(tmp_path):
-    """The user's night, shortened (two hours of history, the fleet baseline over one hour), through
-    both engines: the same alerts fire at the same evaluations."""
+    """The user's night, two replicas, half an hour of history, scraped every 15 s and evaluated
+    every 30 s, through both engines: the same alerts fire at the same evaluations."""
     slo_file = tmp_path / "slo.yaml"
     slo_file.write_text("windows: {baseline: 1h}\n")
     rules = tmp_path / "rules.yml"
     rules.write_text(render_plain(load_slo(str(slo_file))))
-    sc = seed_night(history_h=2.0)
+    sc = seed_night(history_h=0.5, step=15.0, pods=2)
     alerts = sorted({"VLLMLongPromptSurge", "VLLMKVCacheExhausted", "VLLMGPUBusyLowThroughput",
                      "VLLMPreemptionsSustained", "VLLMTTFTHigh"})
     start = sc.onset - int(10 * 60 / sc.book.step)
@@ -97,3 +142,19 @@ def test_backtest_and_promtool_judge_a_scenario_alike(tmp_path):
 
     assert table(theirs), "promtool saw no alert at all"
     assert table(ours) == table(theirs)
+    assert judge(sc, ours).ok
+
+
+def test_the_capacity_bound_flood_seen_from_its_middle_pages_once_the_ceiling_is_given(tmp_path, naive):
+    """Prometheus starts in the middle of the flood: no batch was ever seen uncontended, so without
+    a ceiling nothing can tell the waits from a full batch (the excused cell of the matrix). With
+    kv_cache.max_num_seqs given (20, as the flood's vLLM ran), the raw series page at once."""
+    slo_file = tmp_path / "slo.yaml"
+    slo_file.write_text("kv_cache: {max_num_seqs: 20}\n")
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render_plain(load_slo(str(slo_file))))
+    cell = Cell("capacity-bound-flood", 1, 30, "none")
+    blind = matrix.evaluate(cell, RULES, naive, exact=True, raw_only=True)
+    assert blind.pack.first_page is None
+    told = matrix.evaluate(cell, rules, naive, exact=True, raw_only=True)
+    assert told.pack.first_page is not None and told.pack.first_page <= 5.0, told.pack.rows

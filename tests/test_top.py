@@ -44,7 +44,7 @@ from exporter.runtime.state import Published
 from exporter.view.console import DISTRIBUTIONS, OTHER, SCALARS, View, published_from_exposition
 
 # the KV line a saturated replica shows: usage 97%, six requests waiting, all for KV capacity
-KV_LINE = "  KV cache    usage 97%   pressure saturated   waiting 6 (for capacity 6)"
+KV_LINE = "  KV cache    usage 97%   pressure saturated   waiting 6 (for KV 6, cache full)"
 
 
 def vllm_script():

@@ -55,51 +55,83 @@ def throughput(c: Ctx) -> List[Recording]:
         Recording(c.rec("vllm_preemptions", "rate"), c.rate("vllm:num_preemptions_total")),
         # over the sustain window too: "preempting at every evaluation" is read from this one
         Recording(c.rec("vllm_preemptions", "rate", c.S2), c.rate("vllm:num_preemptions_total", c.S2)),
+        # preemptions counted over a window of many scrapes (60 s scrapes included), so bursts a few
+        # minutes apart never read as zero in between
+        Recording(c.rec("vllm_preemptions", "increase" + c.windows["preemptions"]),
+                  f"sum by ({c.by}) (increase(vllm:num_preemptions_total{c.s()}[{c.windows['preemptions']}]))"),
         Recording(c.rec("vllm_admission_rejections", "rate"), c.rate("vllm:admission_rejections_total")),
     ]
 
 
 def kv_and_queue(c: Ctx) -> List[Recording]:
     """KV-cache usage (the fullest engine), the running and waiting requests, and the requests
-    held back for KV capacity: vLLM says so (``num_requests_waiting_by_reason{reason="capacity"}``);
-    an older release does not, and then requests that wait while the batch runs below its recent
-    peak are held back by the cache (the batch has room, nothing else stops them); requests
-    waiting behind a full batch are not.
+    held back by the KV cache.
 
-    The batch's peak is read from a series that only such older replicas have (the running batch
-    ``unless`` vLLM gives the reason): a day of samples per replica at every evaluation was the
-    pack's largest read, and a replica that gives the reason never uses its peak (the ``or``
-    keeps vLLM's own count), so on a fleet of current releases that read is empty."""
-    by, s = c.by, c.s
+    Requests waiting for scheduling capacity are vLLM's ``num_requests_waiting_by_reason{reason=
+    "capacity"}`` (an older release does not give the reason: every waiting request). They are the
+    cache's doing (``vllm_requests_waiting_capacity``) when the cache reached the warn level in the
+    ``windows.held_back`` window, or when the batch runs below ``kv_cache.batch_room`` of the model's
+    batch ceiling: the batch has room, so the next request does not fit in the cache, whatever the
+    usage gauge reads. Behind a batch at its ceiling they wait for the batch, not for KV.
+
+    The ceiling is ``kv_cache.max_num_seqs`` when given, else the highest batch any replica of the
+    model ran while nothing waited for capacity (uncontended: a flood's small KV-bound batch is never
+    taken for the ceiling) over ``windows.batch_peak``, read from one per-model series. Without
+    either (a model with no uncontended history), only the usage explains.
+
+    Where the sidecar serves ``vllm_sidecar_kv_cache_capacity_wait_poll_ratio`` (the share of its 2 s
+    polls with requests held back by the cache, the same explanation made at every poll), the
+    held-back signal is that share: what a 15-60 s scrape of a saw-toothing gauge cannot sample."""
+    by, s, svc, kv = c.by, c.s, c.svc, c.slo["kv_cache"]
     running = c.rec("vllm_requests_running", "sum")
-    running_old = c.rec("vllm_requests_running_old_release", "sum")
     waiting = c.rec("vllm_requests_waiting", "sum")
+    reason = c.rec("vllm_requests_waiting_capacity_reason", "sum")
+    uncontended = c.rec("vllm_requests_running_uncontended", "sum")
+    m_uncontended = c.mrec("vllm_requests_running_uncontended", "max")
+    ceiling = c.mrec("vllm_batch_ceiling", "max")
     cap = c.rec("vllm_requests_waiting_capacity", "sum")
+    usage = c.rec("vllm_kv_cache_usage", "max")
     by_reason = f"sum by ({by}) (vllm:num_requests_waiting_by_reason{s(CAPACITY)})"
+    if kv["max_num_seqs"]:
+        ceiling_expr = f"count by ({svc}) ({running}) * 0 + {kv['max_num_seqs']}"
+    else:
+        ceiling_expr = f"max_over_time({m_uncontended}[{c.windows['batch_peak']}])"
+    sidecar_share = f"max by ({by}) (vllm_sidecar_kv_cache_capacity_wait_poll_ratio{s()})"
     return [
-        Recording(c.rec("vllm_kv_cache_usage", "max"),
+        Recording(usage,
                   f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor\nmax by ({by}) (vllm:gpu_cache_usage_perc{s()})"),
         Recording(running, f"sum by ({by}) (vllm:num_requests_running{s()})"),
-        Recording(running_old, f"{running}\nunless on ({by})\n{by_reason}"),
         Recording(waiting, f"sum by ({by}) (vllm:num_requests_waiting{s()})"),
         # per running request: what a replica's decoding speed is, whatever share of the traffic it gets
         # (a replica with less traffic has fewer running requests, not slower ones)
         Recording(c.rec("vllm_generation_tokens_per_running_request", "rate"),
                   f"{c.rec('vllm_generation_tokens', 'rate')}\n/ on ({c.by})\n"
                   f"(avg_over_time({c.rec('vllm_requests_running', 'sum')}[{c.W}]) > 0)"),
+        # waiting for scheduling capacity, KV or batch: vLLM's reason, else (old releases) every waiting request
+        Recording(reason, f"{by_reason}\nor\n{waiting}"),
+        # the batch while nothing waits for capacity: what the traffic asked for, never a held-back batch
+        Recording(uncontended, f"{running}\nunless on ({by})\n({reason} > 0)"),
+        Recording(m_uncontended, f"max by ({svc}) ({uncontended})"),
+        Recording(ceiling, ceiling_expr),
         Recording(cap,
-                  f"{by_reason}\n"
-                  f"or\n(\n  {waiting} > 0\n  and on ({by})\n"
-                  f"  ({running} < {c.slo['kv_cache']['batch_room']}"
-                  f" * max_over_time({running_old}[{c.windows['batch_peak']}]))\n)\n"
-                  f"or\n{waiting} * 0"),
-        # 1 at an evaluation where requests are held back by the cache: waiting for its capacity,
-        # preempted, or rejected; 0 otherwise (the KV alert averages it over a window)
+                  f"(\n  {reason} > 0\n  and on ({by})\n  (\n"
+                  f"    max_over_time({usage}[{c.windows['held_back']}]) >= {kv['warn']}\n    or on ({by})\n"
+                  f"    {running} < on ({svc}) group_left () ({kv['batch_room']} * {ceiling})\n  )\n)\n"
+                  f"or\n{reason} * 0"),
+        # at each evaluation, how much requests are held back by the cache (0-1): the sidecar's share of
+        # polls where it has it, else 1 while the raw series show KV-bound waiters; preempting or rejecting
+        # counts as held back too (the KV alert averages it over a window)
         Recording(c.rec("vllm_requests_held_back", "bool"),
-                  f"clamp_max(\n  ({cap} > bool 0)\n"
+                  f"clamp_max(\n  (\n    {sidecar_share}\n    or on ({by})\n    ({cap} > bool 0)\n  )\n"
                   f"  + on ({by})\n  (({c.rec('vllm_preemptions', 'rate', c.S2)} > bool 0) or on ({by}) {cap} * 0)\n"
                   f"  + on ({by})\n  (({c.rec('vllm_admission_rejections', 'rate')} > bool 0) or on ({by}) {cap} * 0),\n"
                   f"  1\n)"),
+        # its share over the held-back window, recorded so that the KV alert can ask whether it was
+        # reached at some point of a longer window (a chronic overload is one episode)
+        # (only once the replica has a whole window of it: a pod's first sample is no share)
+        Recording(c.rec("vllm_requests_held_back", "avg_over_time" + c.windows["held_back"]),
+                  f"avg_over_time({c.rec('vllm_requests_held_back', 'bool')}[{c.windows['held_back']}])\n"
+                  f"and on ({by})\n{c.rec('vllm_requests_held_back', 'bool')} offset {c.windows['held_back']}"),
     ]
 
 

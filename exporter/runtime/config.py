@@ -98,6 +98,12 @@ FIELDS: Tuple[Field, ...] = (
           "one (exporter/slo.yaml, the same defaults the alerting pack renders)"),
     Field("kv_warn_threshold", "float", None, "KV usage at or above which pressure is `elevated` (1)",
           lo=0, hi=1, lo_open=True, slo="kv_cache.warn"),
+    Field("max_num_seqs", "int", None, "vLLM's --max-num-seqs (the batch ceiling); 0: unknown, learned from "
+          "the highest batch run while nothing waited for capacity. Requests waiting for capacity while the "
+          "batch runs below batch room of it are held back by the KV cache, whatever its usage reads",
+          lo=0, hi=1_000_000, slo="kv_cache.max_num_seqs"),
+    Field("batch_room", "float", None, "the batch has room below this share of its ceiling",
+          lo=0, hi=1, lo_open=True, slo="kv_cache.batch_room"),
     Field("busy_utilization", "float", None, "mean GPU utilization at or above which the pod is busy",
           lo=0, hi=1, lo_open=True, slo="gpu_busy_low.busy_utilization"),
     Field("low_throughput_fraction", "float", None, "busy pod flagged when generation tokens/s fall "

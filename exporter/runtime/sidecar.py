@@ -37,7 +37,7 @@ from .gpu import GpuState, GpuUnavailable
 from .inputs import INPUTS, Caps, Reader, Snapshot
 from .logs import StateLog, summarize
 from .rolling import Windows
-from .signals import Baseline, Signals, derive_view
+from .signals import Baseline, Signals, derive_view, tracker_for
 from .state import Published
 
 log = logging.getLogger("vllm_sidecar")
@@ -112,6 +112,7 @@ class Sidecar:
         self.windows = Windows(cfg.window, self.retention, cfg.poll_interval)
         self.baseline = Baseline(horizon=cfg.baseline_horizon, spacing=max(cfg.poll_interval, 10.0))
         self.util = _Mean(cfg.window)
+        self.capacity = tracker_for(cfg)
         self.counters = Counters()
         # known failure reasons start at 0, so rate() and increase() see the first failure
         for reason in (*VLLM_REASONS, *SIDECAR_REASONS):
@@ -233,12 +234,14 @@ class Sidecar:
                       name, str(exc)[:200], exc_info=exc)
         self._error("vllm", "internal", f"{name} inside the sidecar")
         self.windows.reset()
+        self.capacity.reset()
         self.reader = Reader(self.caps, memory=self.retention)
         self.util.clear()
 
     def _take(self, snap: Snapshot, now: float) -> None:
         """Feed the windows with a good snapshot and note what changed."""
         result = self.windows.add(snap)
+        self.capacity.observe(snap)
         if result.rejected:
             self.counters.malformed["invalid_value"] = self.counters.malformed.get("invalid_value", 0) + result.rejected
         if result.restart:
@@ -285,7 +288,7 @@ class Sidecar:
         signals = Signals()
         if snap is not None:
             try:
-                signals = derive_view(self.windows.view(now), self.cfg, mean_util, self.baseline)
+                signals = derive_view(self.windows.view(now), self.cfg, mean_util, self.baseline, self.capacity)
                 self._learn(signals, now)
                 self._ok("vllm", now)
             except Exception as exc:  # noqa: BLE001

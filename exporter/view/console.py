@@ -90,7 +90,8 @@ class View:
             f"p99 {fmt(_q(lat.ttft, 0.99), 's')}   ITL p95 {fmt(_q(lat.itl, 0.95), 's')}"
             f"   e2e p95 {fmt(_q(lat.e2e, 0.95), 's')}",
             f"  KV cache    usage {fmt(kv.usage, '%')}   pressure {LEVELS.get(level, '?') if level is not None else '—'}"
-            f"   waiting {fmt(kv.waiting, '', 0)} (for capacity {fmt(kv.waiting_for_capacity, '', 0)})"
+            f"   waiting {fmt(kv.waiting, '', 0)} (for KV {fmt(kv.waiting_for_capacity, '', 0)}"
+            f"{', ' + CAUSES.get(kv.wait_cause, kv.wait_cause) if kv.wait_cause not in (None, 'none') else ''})"
             f"   preemptions {fmt(tp.preemptions_per_second, '/s')}   full in {fmt(kv.seconds_to_full, 's', 0)}",
             f"  prompts     long {fmt(pr.long_per_second, '/s')} ({fmt(pr.long_ratio, '%')})"
             f"   length p95 {fmt(_q(pr.length, 0.95), ' tokens', 0)}"
@@ -152,7 +153,11 @@ DISTRIBUTIONS: Dict[str, Tuple[str, str]] = {n: s.at for n, s in DERIVED.items()
 # read apart: requests_finished_per_second (by finished_reason), engine_stalled, and the three
 # series of "GPU busy, tokens low" (baseline, threshold, verdict)
 FINISHED = "requests_finished_per_second"
-OTHER = tuple(n for n in DERIVED if n not in SCALARS and n not in DISTRIBUTIONS)
+# the two series whose label is the value: the capacity waiters' cause, the batch ceiling's source
+CAUSE, CEILING = "capacity_wait_cause", "batch_ceiling_requests"
+OTHER = tuple(n for n in DERIVED if n not in SCALARS and n not in DISTRIBUTIONS and n not in (FINISHED, CAUSE, CEILING))
+CAUSES = {"kv_usage": "cache full", "kv_batch": "batch below its ceiling, prompts do not fit",
+          "batch_full": "batch at its ceiling"}
 _PARTS = {"throughput": Throughput, "kv": KvQueue, "latency": Latency, "prompts": Prompts, "caches": Caches}
 
 
@@ -215,9 +220,12 @@ def published_from_exposition(text: str, t: float) -> Published:
                                                    sum=sums.get(model, 0.0))
     for labels, v in each(FINISHED):
         part(labels["model_name"], DERIVED[FINISHED].at[0]).setdefault(DERIVED[FINISHED].at[1], {})[labels["finished_reason"]] = v
+    for labels, v in each(CAUSE):
+        if v == 1.0:
+            part(labels["model_name"], "kv")["wait_cause"] = labels["cause"]
+    for labels, v in each(CEILING):
+        part(labels["model_name"], "kv").update(batch_ceiling=v, ceiling_source=labels["source"])
     for key in OTHER:
-        if key == FINISHED:
-            continue
         for labels, v in each(key):
             part(labels["model_name"], "other")[key] = v
     out_models = []

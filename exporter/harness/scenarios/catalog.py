@@ -24,6 +24,12 @@ from .fleet import Fleet, Pod, PodState, pod_name
 from .series import Book
 
 START = 1_800_000_000.0  # a fixed time, so renders are reproducible
+EVAL_STEP = 30.0  # rules are evaluated every 30 s (kube-prometheus-stack's default), whatever the scrape
+FULL_RES_BEFORE = 600.0  # the sidecar polls at its own 2 s from this long before the onset (sidecar_sim)
+
+
+def _fleet(book: Book, onset: int) -> Fleet:
+    return Fleet(book, full_from=book.t(onset) - FULL_RES_BEFORE)
 
 
 @dataclass
@@ -43,10 +49,28 @@ class Scenario:
     start: float = 0.0  # a recording: the first evaluation (unix s)
     step: float = 30.0  # a recording: the evaluation interval (s)
     end: float = 0.0
+    eval_step: float = EVAL_STEP  # the rules' evaluation interval (s), whatever the scrape interval
+    scrape: float = 0.0  # a recording: keep only the samples on this grid (s); 0: as recorded
+    replicas: int = 0  # the matrix's coordinates, for the reports
+    history_h: float = 0.0
+    expect_episodes: Dict[str, int] = field(default_factory=dict)  # alert -> exactly this many episodes (all replicas)
+
+    @property
+    def origin(self) -> float:
+        return self.book.start if self.book is not None else self.start
 
     @property
     def onset_time(self) -> float:
         return self.book.t(self.onset) if self.book is not None else self.start + self.onset * self.step
+
+    @property
+    def onset_s(self) -> float:
+        """Seconds from the first evaluation to the onset."""
+        return self.onset_time - self.origin
+
+    @property
+    def scrape_interval(self) -> float:
+        return self.book.step if self.book is not None else (self.scrape or self.step)
 
 
 def diurnal(i: int, step: float, peak: float, trough: float) -> float:
@@ -83,25 +107,32 @@ def _steps(hours: float, step: float) -> int:
 
 # -- the scenarios ------------------------------------------------------------------------------
 
-def busy_healthy_day(history_h: float = 24.0, step: float = 30.0, pods: int = 6) -> Scenario:
-    n = _steps(history_h, step)
+def _grid(history_h: float, after_h: float, step: float) -> Tuple[int, int]:
+    """(steps in all, onset step) for ``history_h`` hours before the onset and ``after_h`` after."""
+    onset = int(round(history_h * 3600 / step))
+    return onset + int(round(after_h * 3600 / step)) + 1, onset
+
+
+def busy_healthy_day(history_h: float = 24.0, step: float = 30.0, pods: int = 6, after_h: float = 1.0) -> Scenario:
+    n, onset = _grid(history_h, after_h, step)
     book = Book(START, step, n)
     fleet = [Pod(pod_name("vllm-llama", 1, k), (lambda i, k=k: healthy(i, step, True, k))) for k in range(pods)]
-    Fleet(book).render(fleet)
-    return Scenario("busy-healthy-day", "A busy but healthy day", book, onset=n // 2, quiet=True,
+    _fleet(book, onset).render(fleet)
+    return Scenario("busy-healthy-day", "A busy but healthy day", book, onset=onset, quiet=True,
                     notes=f"{pods} replicas at 0.8-3.2 requests/s each, KV usage 0.62-0.97, a request waiting "
-                          "for capacity for one scrape now and then, a long prompt every few minutes")
+                          "for capacity for one scrape now and then, a long prompt every few minutes",
+                    replicas=pods, history_h=history_h)
 
 
 def rolling_deploy(history_h: float = 24.0, step: float = 30.0, pods: int = 6) -> Scenario:
     """A new release rolls out: one pod at a time is replaced by a pod with a new name and no
     history, which loads its model for three minutes (its sidecar already up, vLLM not yet)
     and then takes its share of a busy fleet."""
-    n = _steps(history_h + 1.5, step)
-    onset = _steps(history_h, step) - 1
+    n, onset = _grid(history_h, 1.5, step)
     book = Book(START, step, n)
     every = int(300 / step)  # one pod every 5 minutes
     load_steps = int(180 / step)
+    warm_steps = max(1, int(120 / step))
     fleet: List[Pod] = []
     for k in range(pods):
         swap = onset + k * every
@@ -111,61 +142,90 @@ def rolling_deploy(history_h: float = 24.0, step: float = 30.0, pods: int = 6) -
             s = healthy(i, step, True, k)
             if i < swap + load_steps:  # loading the model: the sidecar polls, vLLM is not up yet
                 return replace(s, vllm_up=False, requests=0.0, running=0.0, gpu_util=0.1)
-            if i < swap + load_steps + 4:  # warming up: cold prefix cache, a slower first minute
+            if i < swap + load_steps + warm_steps:  # warming up: cold prefix cache, a slower first minutes
                 return replace(s, ttft=s.ttft * 1.8, prefix_hit=0.1, kv_usage=0.3)
             return s
         fleet.append(Pod(pod_name("vllm-llama", 2, k), new_state, start=swap))
-    Fleet(book).render(fleet)
+    _fleet(book, onset).render(fleet)
     return Scenario("rolling-deploy", "A rolling deploy of a busy healthy fleet", book, onset=onset, quiet=True,
                     notes=f"{pods} replicas replaced one every 5 minutes by pods with new names and no history; "
-                          "each loads its model for 3 minutes, then serves with a cold prefix cache")
+                          "each loads its model for 3 minutes, then serves with a cold prefix cache",
+                    replicas=pods, history_h=history_h)
 
 
-def seed_night(history_h: float = 24.0, step: float = 30.0) -> Scenario:
-    """The user's night: three replicas; one client floods one of them with 8,000-token prompts.
-    Its long-prompt rate jumps at once, the cache fills within three minutes, requests wait for
-    capacity from the second minute, preemptions start, TTFT climbs to seconds, tokens collapse
-    while its GPUs stay at 100 % (the sidecar flags it after three minutes). The others carry on.
-    It lasts 30 minutes."""
-    n = _steps(history_h + 1.0, step)
-    onset = _steps(history_h, step) - 1
+def flooded(i: int, step: float, onset: int, pod_index: int = 0, minutes: float = 30.0) -> PodState:
+    """The user's night on one replica: 20 prompts of 8,000 tokens a minute on top of its traffic
+    for ``minutes``: the cache fills within three minutes, requests wait for capacity from the
+    second minute, preemptions start, TTFT climbs to seconds, tokens collapse, GPUs at 100 %."""
+    s = healthy(i, step, False, pod_index)
+    k = (i - onset) * step / 60.0  # minutes since onset
+    if k < 0 or k > minutes:
+        return s
+    flood = 20 / 60.0
+    req = s.requests + flood
+    return replace(
+        s, requests=req, long_share=(s.requests * s.long_share + flood) / req,
+        kv_usage=min(0.99, s.kv_usage + 0.15 * (k + 1)), running=16.0,
+        waiting_capacity=(2 * (k - 1)) if k >= 2 else 0.0,
+        preemptions=0.08 if k >= 3 else 0.0,
+        ttft=6.0 if k >= 2 else s.ttft * (1 + k), itl=0.08 if k >= 2 else s.itl,
+        queue=3.0 if k >= 2 else s.queue, output_tokens=20.0 if k >= 2 else s.output_tokens,
+        gpu_util=1.0,
+    )
+
+
+def seed_night(history_h: float = 24.0, step: float = 30.0, pods: int = 3) -> Scenario:
+    """The user's night: one client floods one replica (the first) with 8,000-token prompts for 30
+    minutes (``flooded``); the others carry on."""
+    n, onset = _grid(history_h, 1.0, step)
     book = Book(START, step, n)
-    per_min = 60.0 / step
-
-    def bad(i: int) -> PodState:
-        s = healthy(i, step, False, 2)
-        k = (i - onset) / per_min  # minutes since onset
-        if k < 0 or k > 30:
-            return s
-        flood = 20 / 60.0  # 20 long prompts a minute
-        req = s.requests + flood
-        return replace(
-            s, requests=req, long_share=(s.requests * s.long_share + flood) / req,
-            kv_usage=min(0.99, s.kv_usage + 0.15 * (k + 1)), running=16.0,
-            waiting_capacity=(2 * (k - 1)) if k >= 2 else 0.0,
-            preemptions=0.08 if k >= 3 else 0.0,
-            ttft=6.0 if k >= 2 else s.ttft * (1 + k), itl=0.08 if k >= 2 else s.itl,
-            queue=3.0 if k >= 2 else s.queue, output_tokens=20.0 if k >= 2 else s.output_tokens,
-            gpu_util=1.0, busy_low=k >= 3,
-        )
-
-    fleet = [Pod(pod_name("vllm-llama", 1, k), (lambda i, k=k: healthy(i, step, False, k))) for k in range(2)]
-    fleet.append(Pod(pod_name("vllm-llama", 1, 2), bad))
-    Fleet(book).render(fleet)
+    fleet = [Pod(pod_name("vllm-llama", 1, 0), (lambda i: flooded(i, step, onset, 0)))]
+    fleet += [Pod(pod_name("vllm-llama", 1, k), (lambda i, k=k: healthy(i, step, False, k))) for k in range(1, pods)]
+    _fleet(book, onset).render(fleet)
     return Scenario("seed-night", "The user's night: one client floods one replica with 8,000-token prompts",
                     book, onset=onset, first_warning=1.0, first_page=5.0,
-                    must_fire=("VLLMLongPromptSurge", "VLLMKVCacheExhausted", "VLLMGPUBusyLowThroughput"),
-                    notes="3 replicas; the flood (20 prompts of 8,000 tokens a minute) hits one for 30 minutes")
+                    must_fire=("VLLMLongPromptSurge", "VLLMKVCacheExhausted"),
+                    notes=f"{pods} replica(s); the flood (20 prompts of 8,000 tokens a minute) hits one for 30 minutes",
+                    replicas=pods, history_h=history_h)
 
 
-def churn_error_burst(history_h: float = 8.0, step: float = 30.0) -> Scenario:
+def capacity_bound(i: int, step: float, onset: int, pod_index: int = 0, minutes: float = 8.0) -> PodState:
+    """The capacity-bound flood recorded on the real CPU vLLM (``--max-num-seqs 20``, prompts of
+    6,000-7,000 tokens): 8-11 requests held back for capacity at every poll while KV usage stays
+    at 0.55-0.68 (the next long prompt does not fit) and 4 or fewer of 20 sequences run, no
+    preemption, TTFT p95 to 2.5 s, tokens -60 %."""
+    s = healthy(i, step, True, pod_index)
+    s = replace(s, running=min(20.0, s.running), kv_usage=min(0.6, s.kv_usage))
+    k = (i - onset) * step / 60.0
+    if k < 0 or k > minutes:
+        return s
+    flood = 9 / 60.0
+    req = 0.4 * s.requests + flood
+    return replace(s, requests=req, long_share=flood / req, long_tokens=6500.0, kv_usage=0.68, kv_saw=0.13,
+                   running=4.0, waiting_capacity=8.0 + (i % 4), ttft=2.0, queue=1.5, output_tokens=80.0,
+                   gpu_util=0.97)
+
+
+def capacity_bound_flood(history_h: float = 1.0, step: float = 15.0, pods: int = 1) -> Scenario:
+    n, onset = _grid(history_h, 0.5, step)
+    book = Book(START, step, n)
+    fleet = [Pod(pod_name("vllm-cpu", 1, 0), (lambda i: capacity_bound(i, step, onset, 0)))]
+    fleet += [Pod(pod_name("vllm-cpu", 1, k), (lambda i, k=k: replace(healthy(i, step, True, k), running=min(
+        20.0, healthy(i, step, True, k).running)))) for k in range(1, pods)]
+    _fleet(book, onset).render(fleet)
+    return Scenario("capacity-bound-flood", "Requests held back at moderate KV usage: the prompts no longer fit",
+                    book, onset=onset, first_page=5.0, must_fire=("VLLMKVCacheExhausted",),
+                    notes=f"{pods} replica(s), batch ceiling 20; 8 minutes of 6,500-token prompts: 8-11 requests held "
+                          "back for capacity, KV usage 0.55-0.68, 4 of 20 running, no preemption",
+                    replicas=pods, history_h=history_h)
+
+
+def churn_error_burst(history_h: float = 8.0, step: float = 30.0, pods: int = 4) -> Scenario:
     """A pod answers half its requests with 5xx for 20 minutes, then is replaced (new name):
     its errors must stay in every burn window after it is gone."""
-    n = _steps(history_h + 1.0, step)
-    onset = _steps(history_h, step) - 1
+    n, onset = _grid(history_h, 1.0, step)
     book = Book(START, step, n)
-    per_min = 60.0 / step
-    bad_for = int(20 * per_min)
+    bad_for = int(20 * 60 / step)
 
     def sick(i: int) -> PodState:
         s = healthy(i, step, False, 0)
@@ -175,19 +235,18 @@ def churn_error_burst(history_h: float = 8.0, step: float = 30.0) -> Scenario:
 
     fleet = [Pod(pod_name("vllm-llama", 1, 0), sick, end=onset + bad_for)]
     fleet.append(Pod(pod_name("vllm-llama", 2, 0), (lambda i: healthy(i, step, False, 0)), start=onset + bad_for))
-    fleet += [Pod(pod_name("vllm-llama", 1, k), (lambda i, k=k: healthy(i, step, False, k))) for k in range(1, 4)]
-    Fleet(book).render(fleet)
+    fleet += [Pod(pod_name("vllm-llama", 1, k), (lambda i, k=k: healthy(i, step, False, k))) for k in range(1, pods)]
+    _fleet(book, onset).render(fleet)
     return Scenario("churn-error-burst", "A pod serves 50% errors for 20 minutes and is replaced", book,
                     onset=onset, first_page=10.0, must_fire=("VLLMErrorBudgetBurn",),
-                    notes="4 replicas; one answers half its requests with HTTP 5xx for 20 minutes, then a new pod "
-                          "(new name) takes its place")
+                    notes=f"{pods} replica(s); one answers half its requests with HTTP 5xx for 20 minutes, then a new "
+                          "pod (new name) takes its place", replicas=pods, history_h=history_h)
 
 
-def stream_errors(history_h: float = 8.0, step: float = 30.0) -> Scenario:
+def stream_errors(history_h: float = 8.0, step: float = 30.0, pods: int = 4) -> Scenario:
     """5 % of requests fail inside their streams for 30 minutes: HTTP said 200 before the engine
     failed, so only vLLM's finished_reason="error" counts them."""
-    n = _steps(history_h + 1.0, step)
-    onset = _steps(history_h, step) - 1
+    n, onset = _grid(history_h, 1.0, step)
     book = Book(START, step, n)
     per_min = 60.0 / step
 
@@ -197,15 +256,79 @@ def stream_errors(history_h: float = 8.0, step: float = 30.0) -> Scenario:
             return replace(s, engine_errors=0.05 * s.requests, stream_share=1.0)
         return s
 
-    fleet = [Pod(pod_name("vllm-llama", 1, k), (lambda i, k=k: state(i, k))) for k in range(4)]
-    Fleet(book).render(fleet)
+    fleet = [Pod(pod_name("vllm-llama", 1, k), (lambda i, k=k: state(i, k))) for k in range(pods)]
+    _fleet(book, onset).render(fleet)
     return Scenario("stream-errors", "5% of requests fail inside HTTP-200 streams for 30 minutes", book,
                     onset=onset, first_page=25.0, must_fire=("VLLMErrorBudgetBurn",),
-                    notes="4 replicas; every request is streamed, 5% end with finished_reason=\"error\" after "
-                          "the HTTP status (200) was sent")
+                    notes=f"{pods} replica(s); every request is streamed, 5% end with finished_reason=\"error\" after "
+                          "the HTTP status (200) was sent", replicas=pods, history_h=history_h)
 
 
-def chronic_overload_old_release(history_h: float = 24.0, hours: float = 12.0, step: float = 30.0) -> Scenario:
+def _h(*xs: int) -> float:
+    """A deterministic pseudo-random number in [0, 1) from integers."""
+    v = 0
+    for x in xs:
+        v = (v * 1_000_003 + x * 7919 + 104_729) % 2_147_483_647
+    return ((v * 48_271) % 2_147_483_647) / 2_147_483_647
+
+
+def overload_waves(t: float, a: float, b: float, seed: int) -> Tuple[bool, float]:
+    """Inside the overload ``[a, b)`` (seconds): (held back now?, position in the wave 0-1). Waves
+    of requests held back for 1-4 minutes return after 2-10 minutes of calm, for the whole overload."""
+    if not a <= t < b:
+        return False, 0.0
+    x, w = a, 0
+    while True:
+        on = 60.0 * (1 + 3 * _h(seed, w, 1))
+        off = 60.0 * (2 + 8 * _h(seed, w, 2))
+        if t < x + on:
+            return True, (t - x) / on
+        if t < x + on + off:
+            return False, 0.0
+        x += on + off
+        w += 1
+
+
+def chronic_overload(history_h: float = 1.0, step: float = 30.0, pods: int = 1, hours: float = 3.0,
+                     gap_h: float = 1.0) -> Scenario:
+    """A current vLLM with the sidecar, overloaded twice for ``hours`` with ``gap_h`` of calm in
+    between: KV usage 0.85-1.0 throughout, requests held back for capacity in waves of 1-4 minutes
+    returning after 2-10 minutes, preemptions in some waves, TTFT seconds in the waves. Each
+    overload must be one episode of each loud alert, and the two stay two."""
+    n, onset = _grid(history_h, 2 * hours + gap_h + 1.0, step)
+    book = Book(START, step, n)
+    t0 = book.t(onset)
+    spans = [(t0, t0 + hours * 3600), (t0 + (hours + gap_h) * 3600, t0 + (2 * hours + gap_h) * 3600)]
+
+    def state(i: int, k: int) -> PodState:
+        s = healthy(i, step, True, k)
+        t = book.t(i)
+        for j, (a, b) in enumerate(spans):
+            if a <= t < b:
+                held, pos = overload_waves(t, a, b, 17 * j + k)
+                kv = 0.85 + 0.15 * _h(i, k, 3)
+                if not held:
+                    return replace(s, requests=3.0, kv_usage=min(kv, 0.95), running=24.0, ttft=0.9, gpu_util=0.98)
+                w = int((t - a) // 60)
+                return replace(s, requests=3.0, kv_usage=max(kv, 0.92), running=18.0,
+                               waiting_capacity=4.0 + 8 * _h(i, k, 4), preemptions=0.1 if _h(w, k, 5) < 0.4 else 0.0,
+                               ttft=3.0 + 3 * pos, queue=2.0, gpu_util=0.99)
+        return s
+
+    fleet = [Pod(pod_name("vllm-llama", 3, k), (lambda i, k=k: state(i, k))) for k in range(pods)]
+    _fleet(book, onset).render(fleet)
+    loud = ("VLLMKVCacheExhausted", "VLLMPreemptionsSustained", "VLLMQueueBuildup", "VLLMTTFTHigh", "VLLMTTFTMeanHigh",
+            "VLLMInterTokenLatencyHigh", "VLLMLongPromptSurge", "VLLMGPUBusyLowThroughput")
+    return Scenario("chronic-overload", "Chronic overload with flickering symptoms, twice, an hour apart", book,
+                    onset=onset, must_fire=("VLLMKVCacheExhausted",),
+                    max_episodes={a: 2 for a in loud}, expect_episodes={"VLLMKVCacheExhausted": 2 * pods},
+                    notes=f"{pods} replica(s) of a current release with the sidecar; two overloads of {hours:g} h, "
+                          f"{gap_h:g} h apart: KV usage 0.85-1.0, requests held back in waves of 1-4 minutes every "
+                          "2-10 minutes, preemptions in some waves", replicas=pods, history_h=history_h)
+
+
+def chronic_overload_old_release(history_h: float = 24.0, hours: float = 12.0, step: float = 30.0,
+                                 pods: int = 2) -> Scenario:
     """An older vLLM (0.x names, no waiting-by-reason, no preemption counter) overloaded for
     hours at a time after a normal busy day: the KV cache saw-tooths between 0.55 and 0.99 from
     one scrape to the next, the queue never drains, and the batch runs KV-limited, well below the
@@ -230,14 +353,14 @@ def chronic_overload_old_release(history_h: float = 24.0, hours: float = 12.0, s
         return s
 
     fleet = [Pod(pod_name("vllm-legacy", 1, k), (lambda i, k=k: state(i, k)), old_release=True, with_sidecar=False)
-             for k in range(2)]
+             for k in range(pods)]
     Fleet(book).render(fleet)
     return Scenario("chronic-overload-old-release", "Chronic overload on an old vLLM release (0.x page)", book,
                     onset=overloads[0][0], must_fire=("VLLMKVCacheExhausted",),
                     max_episodes={"VLLMKVCacheExhausted": 3, "VLLMQueueBuildup": 3, "VLLMTTFTHigh": 3,
                                   "VLLMTTFTMeanHigh": 3},
-                    notes="2 replicas of an old release without the sidecar; after a busy day, overloaded three "
-                          "times for 2-3 hours")
+                    notes=f"{pods} replicas of an old release without the sidecar; after a busy day, overloaded three "
+                          "times for 2-3 hours", replicas=pods, history_h=history_h)
 
 
 TRACES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "traces"
@@ -270,8 +393,8 @@ def production_trace(trace: str = "conv", history_h: float = 24.0, step: float =
         buckets[int(off // step)].append((p_tok, o_tok))
 
     def from_bucket(base: PodState, b, mult: float) -> PodState:
-        if not b:
-            return replace(base, requests=0.0, running=2.0, kv_usage=0.2)
+        if not b:  # nothing arrived in this step: an idle engine (nothing running, nothing to stall)
+            return replace(base, requests=0.0, running=0.0, kv_usage=0.2)
         req = len(b) / step * scale / pods * mult
         lg = [p for p, _ in b if p > long_tokens]
         sh = sorted(p for p, _ in b if p <= long_tokens) or [prompt_median]
@@ -287,19 +410,19 @@ def production_trace(trace: str = "conv", history_h: float = 24.0, step: float =
         return from_bucket(base, buckets[i - n_hist], 1.0)
 
     fleet = [Pod(pod_name("vllm-chat", 1, k), (lambda i, k=k: state(i, k))) for k in range(pods)]
-    Fleet(book).render(fleet)
+    _fleet(book, n_hist).render(fleet)
     return Scenario(f"production-trace-{trace}", f"A real production hour (Azure LLM inference trace, {trace})", book,
                     onset=n_hist, no_page=True,
                     notes=f"{pods} replicas; the public Azure LLM inference trace 2023 ({trace}: {len(rows):,} requests in "
                           f"an hour, {share:.0%} of prompts over 4,000 tokens) x{scale:g}, after a day replaying the "
                           "same hour on a daily curve; its bursts of long prompts are this service's normal: a warning "
-                          "there is arguable, a page is not")
+                          "there is arguable, a page is not", replicas=pods, history_h=history_h)
 
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "recordings"
 
 
-def recorded(name: str, step: float = 15.0, **expect) -> Scenario:
+def recorded(name: str, step: float = 15.0, scrape: float = 0.0, **expect) -> Scenario:
     """A recording of the real CPU vLLM through a real Prometheus (tests/fixtures/recordings/NAME:
     ``prometheus.om.gz`` and ``meta.json``), evaluated every ``step`` seconds."""
     d = RECORDINGS / name
@@ -310,25 +433,25 @@ def recorded(name: str, step: float = 15.0, **expect) -> Scenario:
                                   "busy-healthy": "A real busy but healthy run of the CPU vLLM",
                                   "busy-overloaded": "A real overload of the CPU vLLM (no flood)"}.get(name, name)
     return Scenario(name=f"recorded-{name}", title=title, book=None, onset=onset, file=str(d / "prometheus.om.gz"),
-                    start=start, step=step, end=meta["end"],
+                    start=start, step=step, end=meta["end"], scrape=scrape, replicas=1,
                     notes=f"recorded from vLLM {meta.get('vllm_version', '?')} through Prometheus every "
                           f"{meta.get('scrape_interval_s', '?')} s (tests/fixtures/recordings/{name}/PROVENANCE.md)",
                     **expect)
 
 
-def recorded_flood() -> Scenario:
+def recorded_flood(scrape: float = 0.0) -> Scenario:
     # the real flood: requests held back for KV capacity at every scrape while KV usage saw-tooths;
     # it must page within five minutes (the brief's flood measured on the old pack paged never)
-    return recorded("long-prompt-flood", first_page=5.0, must_fire=("VLLMKVCacheExhausted",))
+    return recorded("long-prompt-flood", scrape=scrape, first_page=5.0, must_fire=("VLLMKVCacheExhausted",))
 
 
-def recorded_busy_healthy() -> Scenario:
-    return recorded("busy-healthy", quiet=True)
+def recorded_busy_healthy(scrape: float = 0.0) -> Scenario:
+    return recorded("busy-healthy", scrape=scrape, quiet=True)
 
 
-def recorded_busy_overloaded() -> Scenario:
+def recorded_busy_overloaded(scrape: float = 0.0) -> Scenario:
     # no flood, but the server tipped into congestion: what fires is reported, nothing is required
-    return recorded("busy-overloaded")
+    return recorded("busy-overloaded", scrape=scrape)
 
 
 SCENARIOS: Dict[str, Callable[..., Scenario]] = {
@@ -338,6 +461,8 @@ SCENARIOS: Dict[str, Callable[..., Scenario]] = {
     "churn-error-burst": churn_error_burst,
     "stream-errors": stream_errors,
     "chronic-overload-old-release": chronic_overload_old_release,
+    "chronic-overload": chronic_overload,
+    "capacity-bound-flood": capacity_bound_flood,
     "production-trace-conv": production_trace,
     "production-trace-code": lambda **kw: production_trace("code", **kw),
     "recorded-long-prompt-flood": recorded_flood,

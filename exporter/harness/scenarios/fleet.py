@@ -11,8 +11,9 @@ that a scenario computes: a metric-level model, not a request-level one, so a we
 20-pod fleet renders in seconds. Histogram observations are spread over the real buckets by a
 lognormal's CDF (deterministic, no sampling noise), counters accumulate rates times the step.
 
-The sidecar's series are what the sidecar would serve from the same state: its windowed
-long-prompt rate, pressure level, busy-low flag, stall flag, target health.
+The sidecar's derived series are measured: the runtime's own derivations run over pages made
+from the same states at the sidecar's poll interval (``sidecar_sim``); its self-health series
+(target health, last success, build info) are written from whether vLLM answered.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class PodState:
     long_tokens: float = 8000.0
     output_tokens: float = 200.0       # mean generated tokens per request
     kv_usage: float = 0.5
+    kv_saw: float = 0.0                # usage saw-tooths below kv_usage by up to this much, poll by poll (kv_at)
     running: float = 12.0
     waiting_capacity: float = 0.0
     waiting_deferred: float = 0.0
@@ -101,6 +103,16 @@ class PodState:
     vllm_up: bool = True               # vLLM answers its /metrics
     sidecar_up: bool = True
     prefix_hit: float = 0.6            # prefix-cache hit ratio
+
+
+def kv_at(t: float, usage: float, saw: float) -> float:
+    """KV usage at time ``t`` (seconds): ``usage`` less a saw-tooth of depth ``saw`` that changes
+    from one engine step to the next (deterministic in ``t``), as real vLLM's gauge does under
+    pressure: a scrape every 15-60 s samples it where it lands, the sidecar every 2 s."""
+    if not saw:
+        return usage
+    frac = (math.sin(t * 12.9898) * 43758.5453) % 1.0
+    return max(0.0, usage - saw * frac)
 
 
 @dataclass
@@ -124,11 +136,12 @@ class Fleet:
     """Pods rendered into one ``Book``: ``Fleet(book).render(pods)``. Each pod's states are taken
     for every step first, then every series of the pod is computed over all steps at once."""
 
-    SIDECAR_WINDOW = 60.0  # the sidecar's sliding window (s)
-    LONG_PROMPT_TOKENS = 4000.0
-
-    def __init__(self, book: Book) -> None:
+    def __init__(self, book: Book, full_from: float = -math.inf, sidecar_cfg=None) -> None:
+        """``full_from``: the time from which the sidecar polls at its own interval (before it: at
+        the scrape step, see ``sidecar_sim``)."""
         self.book = book
+        self.full_from = full_from
+        self.sidecar_cfg = sidecar_cfg
 
     def render(self, pods: Sequence[Pod]) -> Book:
         for pod in pods:
@@ -206,7 +219,9 @@ class Fleet:
         pre = "vllm:prefix_cache" if not old else "vllm:gpu_prefix_cache"
         self._counter(f"{pre}_queries_total", lab, queries, up)
         self._counter(f"{pre}_hits_total", lab, queries * S["prefix_hit"], up)
-        book.put("vllm:kv_cache_usage_perc" if not old else "vllm:gpu_cache_usage_perc", lab, up, S["kv_usage"])
+        t = np.array([book.t(i) for i in range(book.n)])
+        kv = np.array([kv_at(ti, u, w) for ti, u, w in zip(t, S["kv_usage"], S["kv_saw"])])
+        book.put("vllm:kv_cache_usage_perc" if not old else "vllm:gpu_cache_usage_perc", lab, up, kv)
         book.put("vllm:num_requests_running", lab, up, S["running"])
         book.put("vllm:num_requests_waiting", lab, up, S["waiting_capacity"] + S["waiting_deferred"])
         if not old:
@@ -237,7 +252,6 @@ class Fleet:
 
     def _sidecar(self, pod: Pod, S: Dict[str, np.ndarray], up: np.ndarray, vup: np.ndarray, job: Dict[str, str]) -> None:
         book, n = self.book, self.book.n
-        lab = {**job, "model_name": pod.model}
         book.put("vllm_sidecar_build_info", {**job, "version": "0.1.0"}, up, 1.0)
         book.put("vllm_sidecar_process_start_time_seconds", job, up, book.t(pod.start) - 5.0)
         book.put("vllm_sidecar_target_up", {**job, "target": "vllm"}, up, vup.astype(float))
@@ -247,32 +261,26 @@ class Fleet:
         seen = np.maximum.accumulate(np.where(np.isnan(last), -np.inf, last))
         book.put("vllm_sidecar_last_success_timestamp_seconds", {**job, "target": "vllm"}, up & np.isfinite(seen), seen)
         on = up & vup
-        req, share = S["requests"], S["long_share"]
-        long_rate = req * (share * (1 - lognormal_cdf(self.LONG_PROMPT_TOKENS, S["long_tokens"], 0.05))
-                           + (1 - share) * (1 - lognormal_cdf(self.LONG_PROMPT_TOKENS, S["prompt_tokens"], 0.6)))
-        keep = max(1, int(round(self.SIDECAR_WINDOW / book.step)))
-        c = np.cumsum(np.where(on, long_rate, 0.0))
-        cnt = np.cumsum(on.astype(float))
-        c_prev = np.concatenate([np.zeros(keep), c[:-keep]])
-        n_prev = np.concatenate([np.zeros(keep), cnt[:-keep]])
-        windowed = (c - c_prev) / np.maximum(cnt - n_prev, 1)
-        book.put("vllm_sidecar_long_prompt_requests_per_second", lab, on, windowed)
-        level = np.where(S["preemptions"] > 0, 3, np.where((S["waiting_capacity"] > 0) | (S["rejections"] > 0), 2,
-                                                             np.where(S["kv_usage"] >= 0.9, 1, 0)))
-        book.put("vllm_sidecar_kv_cache_pressure_level", lab, on, level)
-        book.put("vllm_sidecar_kv_cache_usage_ratio", lab, on, S["kv_usage"])
-        book.put("vllm_sidecar_requests_waiting_for_capacity", lab, on, S["waiting_capacity"])
-        book.put("vllm_sidecar_generation_tokens_per_second", lab, on, req * S["output_tokens"])
-        book.put("vllm_sidecar_gpu_busy_low_throughput", lab, on, S["busy_low"])
-        book.put("vllm_sidecar_engine_stalled", lab, on, S["stalled"])
-        book.put("vllm_sidecar_gpu_mean_utilization_ratio", job, up, S["gpu_util"])
+        # every derived series: the runtime's own derivations over pages at the sidecar's poll interval
+        from .sidecar_sim import SidecarSim
+
+        derived = SidecarSim(self.sidecar_cfg).run(pod, S, t, on, full_from=self.full_from)
+        for (name, labels), row in derived.items():
+            where = on & ~np.isnan(row)
+            if where.any():
+                book.put(name, {**job, **dict(labels)}, where, row)
+
+
+REPLICA_INDEX: Dict[str, int] = {}  # pod name -> the replica slot it fills (pod_name's index)
 
 
 def pod_name(deployment: str, revision: int, index: int) -> str:
     """Pod names as a Deployment makes them: a revision hash and a random suffix."""
     h = f"{(revision * 2654435761) % (1 << 32):08x}"[:9]
     suffix = "".join("bcdfghjklmnpqrstvwxz2456789"[(index * 7 + revision * 13 + k * 5) % 27] for k in range(5))
-    return f"{deployment}-{h}-{suffix}"
+    name = f"{deployment}-{h}-{suffix}"
+    REPLICA_INDEX[name] = index
+    return name
 
 
 def with_changes(base: Callable[[int], PodState], **changes) -> Callable[[int], PodState]:

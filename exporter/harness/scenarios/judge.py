@@ -90,36 +90,63 @@ def backtest_timeline(scenario: Scenario, rules_file: Path, from_step: int = 0) 
         from ...analysis.sources import load_file
 
         store = load_file(scenario.file).store
+        if scenario.scrape:  # what a Prometheus scraping at that interval would have kept
+            store = thin(store, scenario.scrape)
         step_ms = int(scenario.step * 1000)
         times = np.arange(int(scenario.start * 1000), int(scenario.end * 1000) + 1, step_ms, dtype=np.int64)
         origin, interval = scenario.start, scenario.step
     else:
-        step_ms = int(book.step * 1000)
-        times = np.array([int(round(book.t(i) * 1000)) for i in range(book.n)], dtype=np.int64)
+        scrape_t = np.array([int(round(book.t(i) * 1000)) for i in range(book.n)], dtype=np.int64)
         store = Store()
         for (name, labels), row in book.series.items():
             keep = ~np.isnan(row.v) | row.stale
-            store.add(tuple(sorted((("__name__", name),) + labels)), times[keep], row.v[keep], row.stale[keep])
-        origin, interval = book.start, book.step
+            store.add(tuple(sorted((("__name__", name),) + labels)), scrape_t[keep], row.v[keep], row.stale[keep])
+        step_ms = int(scenario.eval_step * 1000)
+        times = np.arange(int(scrape_t[0]), int(scrape_t[-1]) + 1, step_ms, dtype=np.int64)
+        origin, interval = book.start, scenario.eval_step
     run = run_rules(load_rule_file(str(rules_file)), store, times, step_ms)
     tracks: List[AlertTrack] = []
     for tr in run.alerts:
-        firing = [(int(times[i]) / 1000.0) - origin for i in np.nonzero(tr.states.firing)[0] if i >= from_step]
+        firing = [(int(times[i]) / 1000.0) - origin for i in np.nonzero(tr.states.firing)[0]
+              if (int(times[i]) / 1000.0) - origin >= from_step * scenario.scrape_interval]
         if firing:
             labels = {k: v for k, v in tr.labels if k != "alertname"}
             tracks.append(AlertTrack(tr.alertname, labels, firing))
     return Timeline(interval, sorted(tracks, key=lambda t: (t.alert, sorted(t.labels.items()))))
 
 
+def thin(store, scrape: float):
+    """A store with only the samples of each series nearest after each multiple of ``scrape``
+    seconds: what a Prometheus scraping at that interval would have stored."""
+    import numpy as np
+
+    from ...analysis.series import Store
+
+    out = Store()
+    step = int(scrape * 1000)
+    for s in store:
+        if len(s.t) == 0:
+            continue
+        slot = s.t // step
+        keep = np.ones(len(s.t), dtype=bool)
+        keep[1:] = slot[1:] != slot[:-1]
+        stale = s.stale[keep] if getattr(s, "stale", None) is not None else np.zeros(int(keep.sum()), dtype=bool)
+        out.add(s.labels, s.t[keep], s.v[keep], stale)
+    return out
+
+
 def promtool_timeline(scenario: Scenario, rules_file: Path, alerts: Sequence[str],
                       from_step: int = 0, workdir: Optional[Path] = None) -> Timeline:
-    """Every alert firing at every evaluation from ``from_step`` on, per promtool."""
+    """Every alert firing at every evaluation from ``from_step`` (a scrape step) on, per promtool."""
+    import numpy as np
+
     book = scenario.book
-    interval = book.step
-    evals = [{"eval_time": f"{int(i * interval)}s", "alertname": a, "exp_alerts": []}
-             for i in range(from_step, book.n) for a in alerts]
+    interval = scenario.eval_step
+    end = (book.n - 1) * book.step
+    evals = [{"eval_time": f"{int(t)}s", "alertname": a, "exp_alerts": []}
+             for t in np.arange(from_step * book.step, end + 1e-6, interval) for a in alerts]
     doc = {"rule_files": [str(rules_file)], "evaluation_interval": f"{int(interval)}s",
-           "tests": [{"interval": f"{int(interval)}s", "input_series": book.promtool_input(),
+           "tests": [{"interval": f"{int(book.step)}s", "input_series": book.promtool_input(),
                       "alert_rule_test": evals}]}
     tmp = Path(workdir or tempfile.mkdtemp(prefix="scenario-"))
     f = tmp / f"{scenario.name}.test.yml"
@@ -155,7 +182,7 @@ class Verdict:
 
 
 def judge(scenario: Scenario, tl: Timeline) -> Verdict:
-    onset = scenario.onset * tl.interval
+    onset = scenario.onset_s
     rows = []
     problems: List[str] = []
     first_warning = first_page = None
@@ -172,7 +199,7 @@ def judge(scenario: Scenario, tl: Timeline) -> Verdict:
         if sev == "critical" and min(tr.firing_at) >= onset:
             first_page = first if first_page is None else min(first_page, first)
         limit = scenario.max_episodes.get(tr.alert)
-        if limit is not None and len(eps) > limit:
+        if limit is not None and sev in LOUD and len(eps) > limit:
             problems.append(f"{tr.alert} on {replica}: {len(eps)} episodes, at most {limit}")
     if scenario.quiet:
         loud = [f"{r[0]} on {r[1]} at {r[2]:+.1f}m" for r, tr in zip(rows, tl.tracks)
@@ -184,6 +211,10 @@ def judge(scenario: Scenario, tl: Timeline) -> Verdict:
                  if tr.labels.get("severity") == "critical"]
         if pages:
             problems.append("paged where nothing may page: " + ", ".join(pages))
+    for a, want in scenario.expect_episodes.items():
+        got = sum(len(tr.episodes(tl.interval)) for tr in tl.tracks if tr.alert == a)
+        if got != want:
+            problems.append(f"{a}: {got} episodes in all, expected {want} (one per overload and replica)")
     fired = {tr.alert for tr in tl.tracks}
     for a in scenario.must_fire:
         if a not in fired:

@@ -33,39 +33,64 @@ def alerts(c: Ctx) -> List[Alert]:
     lr = c.rec("vllm_long_prompt_requests", "rate")
     min_replicas = c.slo["outlier"]["min_replicas"]
 
-    def surge(now: str, per_replica_normal: str) -> str:
-        """``now`` above factor x the model's normal for one replica: its fleet history, else the
-        median of its replicas now (with enough of them), else nothing to compare with."""
+    def normal_of(now: str, per_replica_normal: str) -> str:
+        """The model's normal for one replica: its fleet history, else the median of its replicas
+        now (with enough of them)."""
         history = fleet_normal(c, per_replica_normal, lp["baseline_quantile"])
         peers = f"quantile by ({svc}) (0.5, {now})\nand on ({svc})\ncount by ({svc}) ({now}) >= {min_replicas}"
-        normal = f"{history}\nor\n(\n{indent(peers)}\n)"
-        return f"{now}\n> on ({svc}) group_left ()\n(\n  {lp['surge_factor']} * (\n{indent(normal, 4)}\n  )\n)"
+        return f"{history}\nor\n(\n{indent(peers)}\n)"
+
+    def surge(now: str, per_replica_normal: str, ratio: str) -> str:
+        """``now`` above factor x the model's normal for one replica; with nothing to compare
+        with (one or two replicas on day one), long prompts at ``floor_share`` of the replica's
+        requests."""
+        normal = normal_of(now, per_replica_normal)
+        compared = f"{now}\n> on ({svc}) group_left ()\n(\n  {lp['surge_factor']} * (\n{indent(normal, 4)}\n  )\n)"
+        floor = (f"{now}\nand on ({by})\n({ratio} >= {lp['floor_share']})\n"
+                 f"unless on ({svc})\n(\n{indent(normal)}\n)")
+        return f"(\n{indent(compared)}\n)\nor\n(\n{indent(floor)}\n)"
 
     # the sidecar's own window (seconds of resolution) against the sidecars' normal; the rules'
     # rate (a replica without a sidecar, or a slower view) against the rules' normal
     sidecar_now = f"max by ({by}) (vllm_sidecar_long_prompt_requests_per_second{s()})"
-    fast = surge(sidecar_now, c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"))
-    slow = surge(lr, c.mrec("vllm_long_prompt_requests_per_replica", "rate"))
+    sidecar_ratio = f"max by ({by}) (vllm_sidecar_long_prompt_request_ratio{s()})"
+    fast = surge(sidecar_now, c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"), sidecar_ratio)
+    slow = surge(lr, c.mrec("vllm_long_prompt_requests_per_replica", "rate"), c.rec("vllm_long_prompt_requests", "ratio_rate"))
+    held_rec = c.rec("vllm_requests_held_back", "bool")
+    held_avg = c.rec("vllm_requests_held_back", "avg_over_time" + held)
+    episode = c.windows["episode"]
+    recent = c.windows["episode_recent"]
+    preempt = c.rec("vllm_preemptions", "increase" + c.windows["preemptions"])
     return [
-        # Requests held back for KV capacity (or preempted, or rejected) at every evaluation of
-        # the window, with the cache full at least once in it: the steady signals, not the
-        # saw-tooth of usage. Usage alone never fires: vLLM fills its cache by design.
+        # Requests held back by the KV cache (waiting for capacity it cannot give, preempted, or
+        # rejected) at nearly every evaluation of the window, or, under chronic overload, at a good
+        # share of a longer one: the steady signals (the sidecar's share of its polls where it has it),
+        # never the saw-tooth of usage. Usage alone never fires: vLLM fills its cache by design.
         Alert("VLLMKVCacheExhausted",
-              f"avg_over_time({c.rec('vllm_requests_held_back', 'bool')}[{held}]) >= {kv['held_back_share']}\n"
-              f"and on ({by})\nmax_over_time({c.rec('vllm_kv_cache_usage', 'max')}[{held}]) >= {kv['critical']}",
+              f"{held_avg} >= {kv['held_back_share']}\n"
+              f"or\n(\n  max_over_time({held_avg}[{episode}]) >= {kv['held_back_share']}\n"
+              f"  and on ({by})\n  avg_over_time({held_rec}[{recent}]) >= {kv['episode_share']}\n"
+              f"  and on ({by})\n  {held_avg} > {kv['episode_gate']}\n)",
               "critical",
-              f"vLLM KV cache full with requests held back on {who} ({c.model})",
-              f"The KV cache reached {kv['critical']:g} and requests have been held back for KV capacity "
-              f"(waiting, preempted or rejected) at {{{{ $value | humanizePercentage }}}} of the evaluations of the "
-              f"last {c.human(held)}. Usage alone is normal for vLLM; this is not: new requests queue and TTFT "
-              f"climbs. Look for long prompts and lower concurrency."),
+              f"vLLM KV cache cannot take the waiting requests on {who} ({c.model})",
+              f"Requests have been held back by the KV cache (waiting for capacity while the cache is at "
+              f"{kv['warn']:g} or the batch runs below {kv['batch_room']:g} of its ceiling, preempted or rejected) "
+              f"at {{{{ $value | humanizePercentage }}}} of the last {c.human(held)} (or of {c.human(episode)} of "
+              f"chronic overload). The waiting requests do not fit, whatever the usage gauge reads: new requests "
+              f"queue and TTFT climbs. Look for long prompts and lower concurrency."),
+        # ... and, under chronic overload, while the cache still holds requests back and preemptions
+        # came back within windows.episode: one alert per overload, not one per burst
         Alert("VLLMPreemptionsSustained",
-              f"{c.rec('vllm_preemptions', 'rate', c.S2)} > 0",
+              f"(\n  {preempt} >= {c.slo['preemptions']['min_events']}\n  and on ({by})\n"
+              f"  {preempt} offset {c.windows['preemptions']} > 0\n)\nor\n(\n"
+              f"  sum by ({by}) (increase(vllm:num_preemptions_total{s()}[{episode}])) >= "
+              f"{c.slo['preemptions']['episode_events']}\n"
+              f"  and on ({by})\n  {held_avg} > {kv['episode_gate']}\n)",
               "warning",
               f"vLLM preempting requests on {who} ({c.model})",
-              f"vLLM has preempted running requests in every {c.S2} window for a while "
-              "({{ $value | humanize }}/s now): the KV cache cannot hold the running batch, work is "
-              "recomputed and latency suffers."),
+              f"vLLM preempted {{{{ $value | humanize }}}} running requests in the last "
+              f"{c.human(c.windows['preemptions'])}, and keeps doing so: the KV cache cannot hold the running "
+              "batch, work is recomputed and latency suffers."),
         Alert("VLLMLongPromptSurge",
               f"(\n  (\n{indent(fast, 4)}\n  )\n  or\n  (\n{indent(slow, 4)}\n  )\n)\n> {lp['min_per_second']}",
               "warning",

@@ -24,7 +24,16 @@ from ..inputs import Snapshot
 from ..rolling import View, Windows
 from .anomaly import Baseline, busy_low, engine_stalled, mean_utilization, percentile
 from .caches import caches, counter_ratio
-from .capacity import HORIZON_SECONDS, MIN_SLOPE_PER_SECOND, kv_and_queue, kv_pressure_level, seconds_to_full, time_to_full
+from .capacity import (
+    HORIZON_SECONDS,
+    MIN_SLOPE_PER_SECOND,
+    CapacityTracker,
+    classify,
+    kv_and_queue,
+    kv_pressure_level,
+    seconds_to_full,
+    time_to_full,
+)
 from .latency import cap, distribution, latency, prompts, quantile_or_bound
 from .lora import lora
 from .results import (
@@ -44,16 +53,22 @@ from .results import (
 from .throughput import throughput
 
 __all__ = [
-    "HORIZON_SECONDS", "MIN_SLOPE_PER_SECOND", "QUANTILES", "Baseline", "BusyLow", "Caches", "Distribution",
+    "HORIZON_SECONDS", "MIN_SLOPE_PER_SECOND", "QUANTILES", "Baseline", "BusyLow", "Caches", "CapacityTracker",
+    "classify", "Distribution",
     "KvQueue", "Latency", "Lora", "LoraAdapter", "ModelSignals", "Prompts", "Signals", "Throughput", "busy_low", "cap",
     "caches", "counter_ratio", "derive", "derive_view", "distribution", "engine_stalled", "kv_and_queue",
     "kv_pressure_level", "latency", "lora", "mean_utilization", "percentile", "prompts", "quantile_or_bound",
-    "seconds_to_full", "throughput", "time_to_full",
+    "seconds_to_full", "throughput", "time_to_full", "tracker_for",
 ]
 
 
+def tracker_for(cfg: Config) -> CapacityTracker:
+    """The capacity tracker the poll loop feeds for ``cfg``."""
+    return CapacityTracker(cfg.window, cfg.kv_warn_threshold, cfg.batch_room, cfg.max_num_seqs)
+
+
 def derive_view(view: View, cfg: Config, util: Optional[float] = None,
-                baseline: Optional[Baseline] = None) -> Signals:
+                baseline: Optional[Baseline] = None, tracker: Optional[CapacityTracker] = None) -> Signals:
     """Every derived signal for every model on the latest page of ``view``.
 
     One snapshot in the window: the gauges (KV usage, running, waiting, waiting for capacity,
@@ -65,7 +80,7 @@ def derive_view(view: View, cfg: Config, util: Optional[float] = None,
     first = view.polls < 2
     models: List[ModelSignals] = []
     for model in sorted(latest.models):
-        kv = kv_and_queue(view, model, cfg.kv_warn_threshold)
+        kv = kv_and_queue(view, model, cfg.kv_warn_threshold, cfg.batch_room, tracker, cfg.max_num_seqs)
         if first:
             models.append(ModelSignals(model=model, throughput=Throughput(), kv=kv, latency=Latency(),
                                        prompts=Prompts(), caches=Caches()))
@@ -102,8 +117,10 @@ def derive(
         return Signals()
     snaps = sorted({id(s): s for s in (*stall_snaps, *window_snaps)}.values(), key=lambda s: s.t)
     w = Windows(cfg.window, max(cfg.window, cfg.stall_seconds) + 3 * cfg.poll_interval, cfg.poll_interval)
+    tracker = tracker_for(cfg)
     for s in snaps:
         if s.t <= now:
             w.add(s)
+            tracker.observe(s)
     util = mean_utilization(util_history, now, cfg.window) if util_history else None
-    return derive_view(w.view(now, now - window_snaps[0].t), cfg, util, baseline)
+    return derive_view(w.view(now, now - window_snaps[0].t), cfg, util, baseline, tracker)

@@ -46,7 +46,19 @@ class KvQueue:
     seconds_to_full: Optional[float] = None
     running: Optional[float] = None
     waiting: Optional[float] = None
-    waiting_for_capacity: Optional[float] = None
+    waiting_for_capacity: Optional[float] = None  # held back by the KV cache (any cause below)
+    # why requests wait for capacity now: "kv_usage" (cache at the warn level), "kv_batch" (the
+    # batch runs far below its ceiling: the next request does not fit), "batch_full" (the batch is
+    # at its ceiling: not the cache), "none" (nobody waits for capacity)
+    wait_cause: Optional[str] = None
+    waiting_for_batch: Optional[float] = None  # capacity waiters explained by a full batch
+    batch_ceiling: Optional[float] = None  # the replica's batch ceiling in force
+    ceiling_source: Optional[str] = None  # "config" (max_num_seqs given) or "learned" (uncontended polls)
+    # over the sidecar's window, from every poll (what a 15-60 s scrape cannot sample)
+    usage_peak: Optional[float] = None
+    warn_poll_ratio: Optional[float] = None  # share of polls with usage at or above the warn level
+    capacity_wait_poll_ratio: Optional[float] = None  # share of polls with requests held back by the cache
+    preempting_poll_ratio: Optional[float] = None  # share of polls that saw a preemption
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,200 @@
+"""The detection matrix: every scenario x replicas {1, 2, 3, 8} x scrape interval {5, 15, 30, 60 s}
+x history {none, 1 h, 1 day}, rules evaluated every 30 s, each cell judged against its
+expectations and against the user's naive rules on the same series.
+
+A cell's series are rendered once per scenario and history at a base step (5 s for 5 s cells,
+15 s for the others) with the most replicas of the matrix, then cut to the cell: the first
+``replicas`` replica slots (the affected replica is always slot 0) and the samples a Prometheus
+scraping every ``scrape`` seconds would have kept (``thin``). The sidecar's series in them are the
+runtime's own derivations over pages at its 2 s poll (``scenarios.sidecar_sim``), so each interval
+reads the same sidecar, as it would in a real deployment.
+
+History: ``none`` means Prometheus and the sidecar start at the onset (a new deployment on its
+first incident: nothing learned, no rate window full), ``1h`` an hour of normal traffic before it,
+``1d`` a day (every baseline window full). Recordings of the real CPU vLLM have their own replicas
+(one) and history; only their scrape interval varies (thinned from what Prometheus stored).
+
+Expectations (``expect``): the scenario's own (a warning within 1 min and a page within 5 for the
+night, silence for healthy and rollout, a burn page for errors, at most 2 episodes a day and one
+per overload for chronic overload), and never a first loud alert later than the naive rules' first.
+``EXCUSED`` lists the cells that cannot meet one, with the reason docs/detection.md prints.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .scenarios import catalog
+from .scenarios.catalog import Scenario
+from .scenarios.fleet import REPLICA_INDEX
+from .scenarios.judge import LOUD, Timeline, Verdict, backtest_timeline, judge
+from .scenarios.series import Book
+
+REPLICAS = (1, 2, 3, 8)
+SCRAPES = (5, 15, 30, 60)
+HISTORIES = {"none": 0.0, "1h": 1.0, "1d": 24.0}
+
+
+@dataclass(frozen=True)
+class Cell:
+    scenario: str
+    replicas: int
+    scrape: int
+    history: str
+
+    def __str__(self) -> str:
+        return f"{self.scenario} x{self.replicas} @{self.scrape}s hist={self.history}"
+
+
+# scenario -> builder(history_h, step, pods): the synthetic scenarios, each over the matrix
+SYNTHETIC: Dict[str, Callable[..., Scenario]] = {
+    "seed-night": catalog.seed_night,
+    "capacity-bound-flood": catalog.capacity_bound_flood,
+    "busy-healthy-day": lambda history_h, step, pods: catalog.busy_healthy_day(history_h, step, pods, after_h=0.75),
+    "rolling-deploy": catalog.rolling_deploy,
+    "churn-error-burst": catalog.churn_error_burst,
+    "stream-errors": catalog.stream_errors,
+    "chronic-overload": lambda history_h, step, pods: catalog.chronic_overload(history_h, step, pods, hours=2.0),
+    "chronic-overload-old-release": lambda history_h, step, pods: catalog.chronic_overload_old_release(
+        history_h, 8.0, step, pods),
+    "production-trace-conv": lambda history_h, step, pods: catalog.production_trace("conv", history_h, step, pods),
+    "production-trace-code": lambda history_h, step, pods: catalog.production_trace("code", history_h, step, pods),
+}
+RECORDED: Dict[str, Callable[[float], Scenario]] = {
+    "recorded-long-prompt-flood": catalog.recorded_flood,
+    "recorded-busy-healthy": catalog.recorded_busy_healthy,
+    "recorded-busy-overloaded": catalog.recorded_busy_overloaded,
+}
+# cells that cannot meet an expectation, and why (docs/detection.md prints it)
+EXCUSED: Dict[Tuple[str, str], str] = {
+    ("capacity-bound-flood", "none"): (
+        "the sidecar and Prometheus start in the middle of the flood: no batch was ever seen uncontended, so the "
+        "waits (at 0.55-0.68 usage) cannot be told from a full batch, and a flood's batch is never learned as the "
+        "ceiling; give the ceiling (`kv_cache.max_num_seqs`, the sidecar's `--max-num-seqs`) and it pages at once"),
+}
+
+
+def all_cells() -> List[Cell]:
+    out = [Cell(s, r, i, h) for s in SYNTHETIC for r in REPLICAS for i in SCRAPES for h in HISTORIES]
+    out += [Cell(s, 1, i, "recorded") for s in RECORDED for i in SCRAPES]
+    return out
+
+
+def base_step(scrape: int) -> float:
+    return 5.0 if scrape % 15 else 15.0
+
+
+@lru_cache(maxsize=4)
+def _rendered(scenario: str, history: str, step: float, pods: int) -> Scenario:
+    return SYNTHETIC[scenario](HISTORIES[history], step, pods)
+
+
+def cut(sc: Scenario, replicas: int, scrape: float) -> Scenario:
+    """The scenario as a Prometheus scraping every ``scrape`` s stored it, with only the first
+    ``replicas`` replica slots."""
+    book = sc.book
+    k = int(round(scrape / book.step))
+    if k < 1 or abs(k * book.step - scrape) > 1e-6:
+        raise ValueError(f"scrape {scrape} s is not a multiple of the rendered step {book.step} s")
+    idx = np.arange(0, book.n, k)
+    out = Book(book.start, book.step * k, len(idx))
+    for (name, labels), row in book.series.items():
+        pod = dict(labels).get("pod")
+        if pod is not None and REPLICA_INDEX.get(pod, 0) >= replicas:
+            continue
+        r = out.row(name, dict(labels))
+        r.v[:] = row.v[idx]
+        if row.stale.any():  # a marker between two kept scrapes falls on the next one
+            where = np.nonzero(row.stale)[0]
+            slot = np.minimum((where + k - 1) // k, len(idx) - 1)
+            r.stale[slot] = True
+            r.stale &= np.isnan(r.v)
+    pods = max(1, sc.replicas)
+    expect = {a: n * replicas // pods for a, n in sc.expect_episodes.items()}
+    return replace(sc, book=out, onset=int(math.ceil(sc.onset / k)), replicas=replicas, expect_episodes=expect)
+
+
+def scenario_for(cell: Cell, exact: bool = False) -> Scenario:
+    """The cell's scenario; ``exact``: rendered with exactly the cell's replicas (tests: fewer pods
+    to simulate) instead of cut from the matrix's largest fleet."""
+    if cell.history == "recorded":
+        return RECORDED[cell.scenario](float(cell.scrape))
+    step = base_step(cell.scrape)
+    pods = cell.replicas if exact or cell.replicas == 1 else max(REPLICAS)
+    return cut(_rendered(cell.scenario, cell.history, step, pods), cell.replicas, float(cell.scrape))
+
+
+def without_sidecar(sc: Scenario) -> Scenario:
+    """The same fleet with no sidecar series at all: what the fallback on raw vLLM series sees."""
+    book = sc.book
+    out = Book(book.start, book.step, book.n)
+    for (name, labels), row in book.series.items():
+        if name.startswith("vllm_sidecar_") or (name == "up" and dict(labels).get("job", "").endswith("sidecar")):
+            continue
+        out.series[(name, labels)] = row
+    return replace(sc, book=out, name=sc.name + "-raw-only")
+
+
+@dataclass
+class Result:
+    cell: Cell
+    scenario: Scenario
+    pack: Verdict
+    naive: Verdict
+    pack_tl: Timeline
+    naive_tl: Timeline
+    problems: List[str]
+    excused: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def first_loud(sc: Scenario, tl: Timeline) -> Optional[float]:
+    """Minutes after the onset of the first warning or critical alert firing (at or after it)."""
+    onset = sc.onset_s
+    firsts = [min(t for t in tr.firing_at if t >= onset) for tr in tl.loud() if any(t >= onset for t in tr.firing_at)]
+    return (min(firsts) - onset) / 60.0 if firsts else None
+
+
+def episodes_per_day(sc: Scenario, tl: Timeline) -> Dict[str, float]:
+    """Per loud alert, its most episodes per replica per day of scenario."""
+    days = max(1.0, (sc.book.n * sc.book.step if sc.book is not None else sc.end - sc.start) / 86400.0)
+    out: Dict[str, float] = {}
+    for tr in tl.loud():
+        n = len(tr.episodes(tl.interval)) / days
+        out[tr.alert] = max(out.get(tr.alert, 0.0), n)
+    return out
+
+
+def evaluate(cell: Cell, pack_rules: Path, naive_rules: Path, exact: bool = False,
+             raw_only: bool = False) -> Result:
+    sc = scenario_for(cell, exact)
+    if raw_only:
+        sc = without_sidecar(sc)
+    ptl = backtest_timeline(sc, pack_rules)
+    ntl = backtest_timeline(sc, naive_rules)
+    pv, nv = judge(sc, ptl), judge(sc, ntl)
+    problems = list(pv.problems)
+    ours, theirs = first_loud(sc, ptl), first_loud(sc, ntl)
+    if theirs is not None and not sc.quiet and (ours is None or ours > theirs + 1e-9):
+        problems.append(f"later than the naive rules: {ours} against {theirs} min")
+    if sc.name == "chronic-overload":  # one overload period that lasts hours: at most 2 a day
+        for a, n in episodes_per_day(sc, ptl).items():
+            if n > 2:
+                problems.append(f"{a}: {n:g} episodes a day")
+    why = EXCUSED.get((cell.scenario, cell.history), "")
+    if why and problems and not raw_only:
+        return Result(cell, sc, pv, nv, ptl, ntl, [], why + " (not met: " + "; ".join(problems) + ")")
+    return Result(cell, sc, pv, nv, ptl, ntl, problems)
+
+
+def loud_alerts(tl: Timeline) -> List[str]:
+    return sorted({tr.alert for tr in tl.tracks if tr.labels.get("severity") in LOUD})

@@ -1,0 +1,303 @@
+"""The sidecar's series of a fleet scenario, measured rather than written: a pod's states become
+vLLM pages at the sidecar's poll interval (2 s by default), and the runtime's own reader,
+windows, capacity tracker, learned baseline and derivations (``exporter.runtime``) turn them into
+every ``vllm_sidecar_*`` series, sampled at the scrape grid. A new sidecar signal therefore shows
+up in the scenarios as the runtime computes it.
+
+Pages: the real vLLM 0.32.0 names, labels and histogram bounds (``fleet.real_bounds``), with only
+the series the sidecar reads (what its parser keeps anyway); counters grow at the state's rates,
+histogram observations spread over the real buckets by the same lognormal CDFs as the scraped
+series. The state of scrape step ``i`` holds for the polls in ``(t[i-1], t[i]]``; the KV usage
+gauge follows ``fleet.kv_at`` at every poll, so a saw-tooth the scrape samples at 15-60 s the sidecar
+samples every 2 s.
+
+Cost: pages are read at every poll, the derivations run at every scrape (the poll loop derives
+at every poll, but between two scrapes only the last derivation is ever served). Before
+``full_from`` (a time), the sidecar polls at the scrape step instead of 2 s: the
+history a day-long scenario needs for its baselines, at a cost the test suite can pay; documented
+in docs/detection.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ...runtime.collectors.vllm import signal_points
+from ...runtime.config import Config, build
+from ...runtime.inputs import Reader, Snapshot
+from ...runtime.rolling import Windows
+from ...runtime.signals import Baseline, derive_view, mean_utilization, tracker_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .fleet import Pod, PodState
+
+POLL_INTERVAL = 2.0
+
+
+def sidecar_config(window: float = 60.0, poll_interval: float = POLL_INTERVAL, **kw) -> Config:
+    return build({"window": window, "poll_interval": poll_interval, "gpu": "none", **kw}, {})
+
+
+def _num(v: float) -> str:
+    return repr(float(v))
+
+
+# the vLLM name of each counter or gauge the writer sets -> the runtime's input key
+_KEYS = {
+    "vllm:generation_tokens_total": "generation_tokens", "vllm:prompt_tokens_total": "prompt_tokens",
+    "vllm:num_preemptions_total": "preemptions", "vllm:request_success_total": "request_success",
+    "vllm:admission_rejections_total": "admission_rejections",
+    "vllm:prefix_cache_queries_total": "prefix_cache_queries", "vllm:prefix_cache_hits_total": "prefix_cache_hits",
+    "vllm:gpu_prefix_cache_queries_total": "prefix_cache_queries", "vllm:gpu_prefix_cache_hits_total": "prefix_cache_hits",
+    "vllm:kv_cache_usage_perc": "kv_usage", "vllm:gpu_cache_usage_perc": "kv_usage",
+    "vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
+    "vllm:num_requests_waiting_by_reason": "waiting_by_reason",
+    "vllm:time_to_first_token_seconds": "ttft", "vllm:inter_token_latency_seconds": "itl",
+    "vllm:time_per_output_token_seconds": "itl", "vllm:e2e_request_latency_seconds": "e2e",
+    "vllm:request_queue_time_seconds": "queue_time", "vllm:request_prompt_tokens": "prompt_length",
+    "vllm:request_generation_tokens": "generation_length",
+}
+
+
+class PageWriter:
+    """vLLM pages of one pod, counters carried from poll to poll.
+
+    ``page`` writes the page as text (what the sidecar fetches); ``snapshot`` builds the
+    ``Snapshot`` the runtime's reader makes of that same page, directly (reading 140 lines of text
+    at every poll of a day-long fleet costs more than the rest of a scenario). ``check`` reads
+    the text page with the runtime's ``Reader`` and asserts both are the same, so the shortcut can
+    never drift from what the reader does: every pod's first poll is checked."""
+
+    def __init__(self, model: str, old: bool) -> None:
+        from .fleet import HISTOGRAMS, real_bounds
+
+        self.old = old
+        self.model = model
+        self.engine = "" if old else "0"
+        self.lab = f'model_name="{model}"' if old else f'engine="0",model_name="{model}"'
+        self.hists = []
+        self._les: Dict[str, Tuple[float, ...]] = {}
+        for name, old_name in HISTOGRAMS.items():
+            bounds = real_bounds(name)
+            shown = old_name if (old and old_name) else name
+            self.hists.append((shown, bounds))
+            self._les[shown] = tuple(x for _le, x in bounds)
+        self.ctr: Dict[Tuple[str, str], float] = {}  # (vLLM name, extra label text) -> total
+        self.gauges: Dict[Tuple[str, str], float] = {}
+        self.hist_tot: Dict[str, np.ndarray] = {}
+        self.hist_sum: Dict[str, float] = {}
+        self.hist_cnt: Dict[str, float] = {}
+        self.start = 0.0
+
+    def add(self, name: str, inc: float, extra: str = "") -> None:
+        key = (name, extra)
+        self.ctr[key] = self.ctr.get(key, 0.0) + max(inc, 0.0)
+
+    def set(self, name: str, v: float, extra: str = "") -> None:
+        self.gauges[(name, extra)] = float(v)
+
+    def add_hist(self, name: str, counts: np.ndarray, total: float, mean: float) -> None:
+        t = self.hist_tot.get(name)
+        self.hist_tot[name] = counts.copy() if t is None else t + counts
+        self.hist_sum[name] = self.hist_sum.get(name, 0.0) + total * mean
+        self.hist_cnt[name] = self.hist_cnt.get(name, 0.0) + total
+
+    def page(self) -> str:
+        lab = self.lab
+        out = []
+        for (name, extra), v in sorted({**self.ctr, **self.gauges}.items()):
+            inner = f'{lab},{extra}' if extra else lab
+            out.append(f"{name}{{{inner}}} {_num(v)}")
+        for name, bounds in self.hists:
+            tot = self.hist_tot.get(name)
+            if tot is None:
+                continue
+            for (le, _x), c in zip(bounds, tot):
+                out.append(f'{name}_bucket{{{lab},le="{le}"}} {_num(c)}')
+            out.append(f"{name}_sum{{{lab}}} {_num(self.hist_sum[name])}")
+            out.append(f"{name}_count{{{lab}}} {_num(self.hist_cnt[name])}")
+        out.append(f"process_start_time_seconds {_num(self.start)}")
+        return "\n".join(out) + "\n"
+
+    def snapshot(self, t: float) -> Snapshot:
+        from ...runtime.inputs import Hist
+
+        m, e = self.model, self.engine
+        snap = Snapshot(t=t)
+        resolved = {}
+        for (name, extra), v in {**self.ctr, **self.gauges}.items():
+            key = _KEYS[name]
+            x = extra.split('"')[1] if extra else ""
+            snap.values[(key, m, e, x)] = snap.values.get((key, m, e, x), 0.0) + v
+            resolved[key] = name
+        for (k, mm, ee, x), v in snap.values.items():
+            snap.by_model.setdefault((k, mm), []).append((ee, x, v))
+        for name, _bounds in self.hists:
+            tot = self.hist_tot.get(name)
+            if tot is None:
+                continue
+            key = _KEYS[name]
+            buckets = tuple(zip(self._les[name], tot.tolist()))
+            h = Hist(buckets=buckets, sum=self.hist_sum[name], count=self.hist_cnt[name])
+            snap.hists[(key, m, e)] = h
+            snap.hists_by_model.setdefault((key, m), []).append(h)
+            resolved[key] = name
+        snap.resolved = resolved
+        snap.models = frozenset([m])
+        snap.process_start = self.start
+        snap.vllm_samples = len(snap.values) + sum(len(b) + 2 for _n, b in self.hists if _n in self.hist_tot)
+        return snap
+
+    def check(self, t: float) -> Snapshot:
+        """The snapshot of the text page through the runtime's Reader, asserted equal to
+        ``snapshot``; returns it."""
+        _page, read = Reader().read(self.page(), t)
+        mine = self.snapshot(t)
+        for f in ("values", "hists", "resolved", "models", "process_start", "by_model", "hists_by_model"):
+            a, b = getattr(read, f), getattr(mine, f)
+            if f in ("by_model",):
+                a = {k: sorted(v) for k, v in a.items()}
+                b = {k: sorted(v) for k, v in b.items()}
+            if a != b:
+                raise AssertionError(f"simulated snapshot differs from the reader's in {f}: {a!r} != {b!r}")
+        return read
+
+
+class SidecarSim:
+    """Derived sidecar series of one pod over the grid ``times`` (scrape steps)."""
+
+    def __init__(self, cfg: Optional[Config] = None) -> None:
+        self.cfg = cfg or sidecar_config()
+
+    def run(self, pod: "Pod", S: Dict[str, np.ndarray], times: np.ndarray, on: np.ndarray,
+            full_from: float = -math.inf) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], np.ndarray]:
+        """``S``: the pod's state columns per step (``fleet``); ``on``: steps at which vLLM
+        answers and the sidecar runs. Returns {(name, labels): values per step (NaN: absent)}."""
+        from .fleet import kv_at, lognormal_cdf, real_bounds
+
+        cfg = self.cfg
+        n = len(times)
+        step = float(times[1] - times[0]) if n > 1 else POLL_INTERVAL
+        old = pod.old_release
+        writer = PageWriter(pod.model, old)
+        retention = max(cfg.window, cfg.stall_seconds) + 3 * max(cfg.poll_interval, step)
+        windows = Windows(cfg.window, retention, cfg.poll_interval)
+        tracker = tracker_for(cfg)
+        baseline = Baseline(horizon=cfg.baseline_horizon, spacing=max(cfg.poll_interval, 10.0))
+        util_hist: deque = deque()
+        out: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], np.ndarray] = {}
+        req, share, ptok, ltok = S["requests"], S["long_share"], S["prompt_tokens"], S["long_tokens"]
+        prompt_mean = (1 - share) * ptok * math.exp(0.18) + share * ltok
+        gen = req * S["output_tokens"]
+        err = np.minimum(S["engine_errors"], req)
+        ttft, itl, q, outt = S["ttft"], S["itl"], S["queue"], S["output_tokens"]
+        e2e = ttft + itl * outt
+        # per step and bucket: the share of observations at or below each bound
+        fr: Dict[str, Tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+        def put(name, rate, mean, cdf, bounds_name):
+            xs = np.array([x for _le, x in real_bounds(bounds_name)])
+            fr[name] = (rate, mean, cdf(xs))
+
+        put("vllm:time_to_first_token_seconds", req, ttft * math.exp(0.125),
+            lambda x: lognormal_cdf(x[None, :], ttft[:, None], 0.5), "vllm:time_to_first_token_seconds")
+        itl_name = "vllm:inter_token_latency_seconds" if not old else "vllm:time_per_output_token_seconds"
+        put(itl_name, gen, itl * math.exp(0.045), lambda x: lognormal_cdf(x[None, :], itl[:, None], 0.3),
+            "vllm:inter_token_latency_seconds")
+        put("vllm:e2e_request_latency_seconds", req, e2e * math.exp(0.125),
+            lambda x: lognormal_cdf(x[None, :], e2e[:, None], 0.5), "vllm:e2e_request_latency_seconds")
+        put("vllm:request_queue_time_seconds", req, q * math.exp(0.32),
+            lambda x: lognormal_cdf(x[None, :], q[:, None], 0.8), "vllm:request_queue_time_seconds")
+        put("vllm:request_prompt_tokens", req, prompt_mean,
+            lambda x: (1 - share[:, None]) * lognormal_cdf(x[None, :], ptok[:, None], 0.6)
+            + share[:, None] * lognormal_cdf(x[None, :], ltok[:, None], 0.05), "vllm:request_prompt_tokens")
+        put("vllm:request_generation_tokens", req, outt,
+            lambda x: lognormal_cdf(x[None, :], outt[:, None], 0.5), "vllm:request_generation_tokens")
+        pre = "vllm:prefix_cache" if not old else "vllm:gpu_prefix_cache"
+        kv_name = "vllm:kv_cache_usage_perc" if not old else "vllm:gpu_cache_usage_perc"
+        writer.start = float(times[0]) - 90.0
+        checked = False
+        L = {k: v.tolist() for k, v in S.items()}
+        gen_l, req_l, pm_l, err_l = gen.tolist(), req.tolist(), prompt_mean.tolist(), err.tolist()
+        frl = {name: (rate.tolist(), mean.tolist(), cdf) for name, (rate, mean, cdf) in fr.items()}
+        was_on = False
+        for i in range(n):
+            t_i = float(times[i])
+            if not on[i]:
+                if was_on:  # vLLM gone (or the sidecar): its windows start again when it is back
+                    windows.reset()
+                    tracker.reset()
+                    util_hist.clear()
+                was_on = False
+                continue
+            dt_poll = cfg.poll_interval if t_i >= full_from else step
+            k = max(1, int(round(step / dt_poll)))
+            dt = step / k
+            g, rq, pm, er = gen_l[i], req_l[i], pm_l[i], err_l[i]
+            ok = rq - er
+            pre_i, rej_i, hit_i = L["preemptions"][i], L["rejections"][i], L["prefix_hit"][i]
+            hist_i = [(name, cdf[i], rate[i], mean[i]) for name, (rate, mean, cdf) in frl.items()]
+            kv_i, saw_i = L["kv_usage"][i], L["kv_saw"][i]
+            run_i, wc_i, wd_i = L["running"][i], L["waiting_capacity"][i], L["waiting_deferred"][i]
+            for j in range(k):
+                t = t_i - step + (j + 1) * dt
+                writer.add("vllm:generation_tokens_total", g * dt)
+                writer.add("vllm:prompt_tokens_total", rq * pm * dt)
+                for reason, r in (("stop", ok * 0.8), ("length", ok * 0.2), ("abort", 0.0), ("error", er)):
+                    writer.add("vllm:request_success_total", r * dt, f'finished_reason="{reason}"')
+                if not old:
+                    writer.add("vllm:num_preemptions_total", pre_i * dt)
+                    writer.add("vllm:admission_rejections_total", rej_i * dt, 'reason="max_num_queued_reqs"')
+                writer.add(f"{pre}_queries_total", rq * pm * dt)
+                writer.add(f"{pre}_hits_total", rq * pm * hit_i * dt)
+                for name, cdf_i, rate_i, mean_i in hist_i:
+                    writer.add_hist(name, cdf_i * (rate_i * dt), rate_i * dt, mean_i)
+                writer.set(kv_name, kv_at(t, kv_i, saw_i))
+                writer.set("vllm:num_requests_running", run_i)
+                writer.set("vllm:num_requests_waiting", wc_i + wd_i)
+                if not old:
+                    writer.set("vllm:num_requests_waiting_by_reason", wc_i, 'reason="capacity"')
+                    writer.set("vllm:num_requests_waiting_by_reason", wd_i, 'reason="deferred"')
+                if not checked:
+                    snap = writer.check(t)
+                    checked = True
+                else:
+                    snap = writer.snapshot(t)
+                windows.add(snap)
+                tracker.observe(snap)
+                util_hist.append((t, L["gpu_util"][i]))
+                while util_hist and util_hist[0][0] < t - cfg.window:
+                    util_hist.popleft()
+            was_on = True
+            # derived at the scrape: what the sidecar serves then (the baseline keeps one sample
+            # per 10 s at most, so learning at each scrape instead of each poll changes nothing
+            # at 5-10 s scrapes and thins it at longer ones)
+            util = mean_utilization(list(util_hist), t_i, cfg.window)
+            signals = derive_view(windows.view(t_i), cfg, util, baseline, tracker)
+            if util is not None and util >= cfg.busy_utilization:
+                    for m in signals.models:
+                        g = m.throughput.generation_tokens_per_second
+                        if g is not None and not (m.busy_low and m.busy_low.flagged):
+                            baseline.record(m.model, t_i, g)
+            for p in signal_points(signals):
+                key = ("vllm_sidecar_" + p.name, tuple(sorted(p.labels.items())))
+                row = out.get(key)
+                if row is None:
+                    row = out[key] = np.full(n, np.nan)
+                row[i] = p.value
+        return out
+
+
+def states_columns(states: Sequence[Optional["PodState"]]) -> Dict[str, np.ndarray]:
+    from .fleet import PodState
+
+    base = PodState()
+    return {f: np.array([getattr(s or base, f) for s in states], dtype=float) for f in PodState.__dataclass_fields__}
+
+
+def keys_of(out) -> List[str]:
+    return sorted({k[0] for k in out})
