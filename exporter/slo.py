@@ -381,17 +381,6 @@ def _outer_labels(v: Any, where: str) -> List[str]:
     return v
 
 
-def _label_map(v: Any, where: str) -> Dict[str, str]:
-    if not isinstance(v, dict):
-        raise ConfigError(f"{where}: expected a mapping of label names to values")
-    for k, x in v.items():
-        if not isinstance(k, str) or not _LABEL_RE.fullmatch(k):
-            raise ConfigError(f"{where}.{k}: not a valid label name")
-        if not isinstance(x, (str, int, float)) or isinstance(x, bool):
-            raise ConfigError(f"{where}.{k}: expected a text value, got {x!r}")
-    return {k: str(x) for k, x in v.items()}
-
-
 def _label_or_empty(v: Any, where: str) -> str:
     if not isinstance(v, str) or (v and not _LABEL_RE.fullmatch(v)):
         raise ConfigError(f"{where}: expected a label name, or \"\" for no cluster variable")

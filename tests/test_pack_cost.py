@@ -50,7 +50,7 @@ def test_the_ceiling_is_the_uncontended_batch_or_the_operators_max_num_seqs():
                 for r in g["rules"]}
     learned = rules(load_slo(None))
     assert learned["namespace_pod_model:vllm_requests_running_uncontended:sum"].startswith(
-        "namespace_pod_model:vllm_requests_running:sum\nunless on (namespace, pod, model_name)\n")
+        "namespace_pod_model:vllm_requests_running:sum\nunless on (cluster, namespace, pod, model_name)\n")
     assert learned["namespace_model:vllm_batch_ceiling:max"] == \
         "max_over_time(namespace_model:vllm_requests_running_uncontended:max[1d])"
     slo = load_slo(None)

@@ -30,9 +30,11 @@ def test_postmortem_orders_the_flood(record, tmp_path):
     assert (out / "record.om.gz").exists()
     rows = re.findall(r"^\| \d\d:\d\d:\d\d \(\+(\d+) s\) \| demo/vllm-demo-0 \| ([^|]+) \|", md, re.M)
     at = {what.strip().split(" (")[0]: int(sec) for sec, what in rows}
-    assert at["long prompts arriving"] <= at["first request waiting for KV capacity"]
-    assert at["long prompts arriving"] >= 55  # the flood starts at 60 s (a poll's rates lag a little)
-    assert at["first request waiting for KV capacity"] <= at["first preemption"] <= at["peak KV-cache usage"]
+    # the flood starts at 60 s: the long prompts' token rate shows within a few polls (a rate lags
+    # its window), the first request held back by the cache at once (the batch runs far below its
+    # ceiling while long prompts wait), then preemptions, then the peak
+    assert 55 <= at["long prompts arriving"] <= 75
+    assert 55 <= at["first request waiting for KV capacity"] <= at["first preemption"] <= at["peak KV-cache usage"]
     assert "first SLO miss" in at
     # the alert at poll resolution, and what a 15 s scrape would have shown
     assert re.search(r"^\| VLLMKVCacheExhausted \|.*\| critical \| \d\d:\d\d:\d\d", md, re.M)

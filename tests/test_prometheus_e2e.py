@@ -37,7 +37,8 @@ class Script:
 
 def test_alert_goes_pending_firing_and_reaches_alertmanager(tmp_path):
     slo = tmp_path / "slo.yaml"
-    slo.write_text("for: {VLLMKVCacheExhausted: 4s, VLLMTargetDown: 3s}\n")
+    # windows scaled to the test's seconds: held back at 3 of 4 evaluations of 10 s, not of 2 minutes
+    slo.write_text("for: {VLLMKVCacheExhausted: 4s, VLLMTargetDown: 3s}\nwindows: {held_back: 10s}\n")
     rules_file = tmp_path / "vllm.rules.yml"
     rules_file.write_text(rules_mod.render_plain(load_slo(str(slo))))
     script = Script()
@@ -72,8 +73,8 @@ def test_alert_goes_pending_firing_and_reaches_alertmanager(tmp_path):
             assert a["_receiver"] == "pager" and a["labels"]["severity"] == "critical"
             assert a["labels"]["pod"] == "vllm-0" and a["labels"]["model_name"] == "tiny-llama"
             # the share of the window's evaluations that held requests back, as Prometheus formats it
-            assert "held back for KV capacity" in a["annotations"]["description"]
-            assert re.search(r"at [0-9.]+% of the evaluations", a["annotations"]["description"])
+            assert "held back by the KV cache" in a["annotations"]["description"]
+            assert re.search(r"at [0-9.]+% of the last 10 seconds", a["annotations"]["description"])
             assert a["annotations"]["runbook_url"].endswith("/VLLMKVCacheExhausted.md")
 
             # vLLM starts answering 503: the sidecar says so and VLLMTargetDown reaches the pager

@@ -1,5 +1,6 @@
 """Every value of the SLO file is checked at load: any SLO file the loader accepts renders a rule
-file that ``promtool check rules`` (Prometheus 2.42) accepts. A property test over generated SLO
+file that ``promtool check rules`` (Prometheus 2.42) accepts, and a vmalert file (``rules --target
+vmalert``) that ``vmalert -dryRun`` (VictoriaMetrics 1.79) accepts. A property test over generated SLO
 files (valid values and near misses for every key the pack writes into rules), several rendered
 files checked per promtool call; plus the refusals it found, each one line naming the key."""
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from exporter.errors import ConfigError
 from exporter.pack.rules import render_plain
+from exporter.pack.vmalert import render_vmalert
 from exporter.slo import SCHEMA, _defaults_text, is_duration, load_slo
 
 pytestmark = pytest.mark.prometheus
@@ -132,6 +134,7 @@ def check_batch(tmp: Path, docs) -> None:
             continue
         out = tmp / f"rules-{i}.yml"
         out.write_text(render_plain(slo))
+        (tmp / f"rules-{i}.vmalert.yml").write_text(render_vmalert(slo))
         accepted.append((out, doc))
     if not accepted:
         return
@@ -141,6 +144,14 @@ def check_batch(tmp: Path, docs) -> None:
         bad = [doc for out, doc in accepted if f"Checking {out}\n  SUCCESS" not in res.stdout]
         raise AssertionError(f"the loader accepted SLO files promtool refuses the rules of: {bad}\n"
                              f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
+    # the same SLO files for vmalert (rules --target vmalert): VictoriaMetrics' own parser takes them
+    vmalert = shutil.which("vmalert")
+    assert vmalert, "vmalert not installed (make test installs victoria-metrics)"
+    vm = [str(o).replace(".yml", ".vmalert.yml") for o, _ in accepted]
+    res = subprocess.run([vmalert, "-dryRun", *(f"-rule={f}" for f in vm)], capture_output=True, text=True, timeout=120)
+    if res.returncode != 0:
+        raise AssertionError(f"the loader accepted SLO files whose vmalert rules vmalert refuses: "
+                             f"{[doc for _, doc in accepted]}\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,

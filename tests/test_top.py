@@ -41,7 +41,7 @@ from exporter.runtime.signals import (
     Throughput,
 )
 from exporter.runtime.state import Published
-from exporter.view.console import DISTRIBUTIONS, OTHER, SCALARS, View, published_from_exposition
+from exporter.view.console import CAUSE, CEILING, DISTRIBUTIONS, FINISHED, OTHER, SCALARS, View, published_from_exposition
 
 # the KV line a saturated replica shows: usage 97%, six requests waiting, all for KV capacity
 KV_LINE = "  KV cache    usage 97%   pressure saturated   waiting 6 (for KV 6, cache full)"
@@ -118,9 +118,9 @@ def full_state() -> Published:
 def test_every_derived_series_is_read_back():
     """The console's table is the collectors' own: a new derived series with a field path is read
     back into that field; only these are read apart, by hand."""
-    assert set(OTHER) == {"requests_finished_per_second", "engine_stalled", "throughput_baseline_tokens_per_second",
+    assert set(OTHER) == {"engine_stalled", "throughput_baseline_tokens_per_second",
                           "throughput_low_threshold_tokens_per_second", "gpu_busy_low_throughput"}
-    assert set(DERIVED) == set(SCALARS) | set(DISTRIBUTIONS) | set(OTHER)
+    assert set(DERIVED) == set(SCALARS) | set(DISTRIBUTIONS) | set(OTHER) | {FINISHED, CAUSE, CEILING}
     assert set(POD_DERIVED) == {"gpu_mean_utilization_ratio"} | {n for n in POD_DERIVED if n.startswith("lora_")}
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -31,9 +31,7 @@ from ...runtime.config import Config, build
 from ...runtime.inputs import Reader, Snapshot
 from ...runtime.rolling import Windows
 from ...runtime.signals import Baseline, derive_view, mean_utilization, tracker_for
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .fleet import Pod, PodState
+from .shapes import PodState
 
 POLL_INTERVAL = 2.0
 
@@ -73,7 +71,7 @@ class PageWriter:
     never drift from what the reader does: every pod's first poll is checked."""
 
     def __init__(self, model: str, old: bool) -> None:
-        from .fleet import HISTOGRAMS, real_bounds
+        from .shapes import HISTOGRAMS, real_bounds
 
         self.old = old
         self.model = model
@@ -173,11 +171,11 @@ class SidecarSim:
     def __init__(self, cfg: Optional[Config] = None) -> None:
         self.cfg = cfg or sidecar_config()
 
-    def run(self, pod: "Pod", S: Dict[str, np.ndarray], times: np.ndarray, on: np.ndarray,
+    def run(self, pod, S: Dict[str, np.ndarray], times: np.ndarray, on: np.ndarray,
             full_from: float = -math.inf) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], np.ndarray]:
         """``S``: the pod's state columns per step (``fleet``); ``on``: steps at which vLLM
         answers and the sidecar runs. Returns {(name, labels): values per step (NaN: absent)}."""
-        from .fleet import kv_at, lognormal_cdf, real_bounds
+        from .shapes import kv_at, lognormal_cdf, real_bounds
 
         cfg = self.cfg
         n = len(times)
@@ -292,9 +290,7 @@ class SidecarSim:
         return out
 
 
-def states_columns(states: Sequence[Optional["PodState"]]) -> Dict[str, np.ndarray]:
-    from .fleet import PodState
-
+def states_columns(states: Sequence[Optional[PodState]]) -> Dict[str, np.ndarray]:
     base = PodState()
     return {f: np.array([getattr(s or base, f) for s in states], dtype=float) for f in PodState.__dataclass_fields__}
 
