@@ -192,7 +192,10 @@ def query_range(session, url: str, query: str, start_ms: int, end_ms: int, step_
     except ValueError:
         raise ServerError(f"{url}: HTTP {resp.status_code}, not a Prometheus API answer") from None
     if body.get("status") != "success":
-        raise ServerError(f"{url}: query_range failed: {body.get('errorType', '')} {str(body.get('error', ''))[:300]}")
+        err = str(body.get("error", ""))
+        if len(err) > 600:  # the server's reason is at the end, after the (long, inlined) query it quotes
+            err = err[:200] + " ... " + err[-400:]
+        raise ServerError(f"{url}: query_range failed: {body.get('errorType', '')} {err}")
     return (body.get("data") or {}).get("result") or []
 
 

@@ -90,6 +90,8 @@ class VictoriaMetrics:
         self.proc = subprocess.Popen(
             [exe, f"-httpListenAddr=127.0.0.1:{self.port}", f"-storageDataPath={self.workdir / 'vm-data'}",
              "-retentionPeriod=100y", "-search.disableCache", "-search.latencyOffset=0s",
+             # backtest --engine server inlines recorded series: the KV alert's query is about 30 KB
+             "-search.maxQueryLen=262144",
              "-loggerLevel=ERROR"],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
