@@ -7,31 +7,22 @@ line per violation on stderr; 2 bad flags or input, one line on stderr.
 
 from __future__ import annotations
 
-import datetime as _dt
 import importlib.util
-import re
 import sys
 import time
 from typing import Callable, List, Mapping, Sequence
 
 from ..errors import ConfigError
+from ..runtime.flight import parse_when
 from .parsing import PROG, OneLineParser, fail
 
 SUB = "backtest"
 
 
 def parse_time(text: str, what: str) -> int:
-    """RFC 3339 (``2026-01-02T03:04:05Z``, offsets and fractions allowed) or unix seconds, to ms."""
-    t = text.strip()
-    if re.fullmatch(r"[+-]?\d+(\.\d+)?", t):
-        return int(round(float(t) * 1000))
-    try:
-        d = _dt.datetime.fromisoformat(t.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{what}: {text!r} is neither RFC 3339 nor unix seconds") from None
-    if d.tzinfo is None:
-        raise ValueError(f"{what}: {text!r} has no time zone (add Z or an offset)")
-    return int(round(d.timestamp() * 1000))
+    """RFC 3339 (``2026-01-02T03:04:05Z``, offsets and fractions allowed) or unix seconds, to ms
+    (the sidecar's own reading of ``/debug/flight?start=&end=``)."""
+    return int(round(parse_when(text, what) * 1000))
 
 
 def _parser() -> OneLineParser:
