@@ -42,9 +42,15 @@ def sidecar(vllm):
 
 
 def _episode(records):
-    """The vllm state lines from the first going down to the next coming back, else None."""
+    """The vllm state lines from the first going down to the next coming back, else None.
+
+    A line of being down counts as the start whether it is the first ("vllm unreachable") or a
+    change of reason ("vllm still unreachable, now ..."): a starved machine can miss a deadline
+    just before the fault is switched on, and that hiccup's first line then falls before the
+    test's own start."""
     lines = [r for r in records if r.get("target") == "vllm"]
-    first = next((i for i, r in enumerate(lines) if r["msg"].startswith("vllm unreachable")), None)
+    down = ("vllm unreachable", "vllm still unreachable")
+    first = next((i for i, r in enumerate(lines) if r["msg"].startswith(down)), None)
     if first is None:
         return None
     last = next((i for i in range(first, len(lines)) if lines[i]["msg"] == "vllm reachable"), None)
