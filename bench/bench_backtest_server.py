@@ -64,6 +64,84 @@ def write_openmetrics(store, path: Path) -> int:
     return n
 
 
+def read_names(slo=None) -> set:
+    """The metric names the pack's rules (and the capacity model) read: all a backfill needs."""
+    from exporter.analysis import capacity as cap
+    from exporter.analysis.backtest import raw_selectors
+    from exporter.analysis.promql.parser import parse
+    from exporter.analysis.rulefile import groups_from_data
+    from exporter.pack.rules import render_groups
+    from exporter.slo import load_slo
+
+    slo = slo or load_slo(None)
+    sels, _ = raw_selectors(groups_from_data(render_groups(slo), "pack"), [], 300_000)
+    csels, _ = cap.selectors(cap.Options(slo, 0, 86_400_000))
+    names = set()
+    for sel in list(sels) + [s for s, _ in csels]:
+        node = parse(sel)
+        for m in node.matchers:
+            if m.name == "__name__" and m.op == "=":
+                names.add(m.value)
+    return names
+
+
+def backfill_chunked(store, data: Path, tmp: Path, chunk_ms: int = 2 * 3600_000, names=None, say=print) -> tuple:
+    """The store into the TSDB directory ``data`` one time chunk at a time: the samples of each
+    ``chunk_ms`` (aligned to unix time 0, as promtool aligns its 2-hour blocks) written as one
+    OpenMetrics file, turned into a block by promtool (niced) while the next chunk is written,
+    then deleted. One promtool pass per block instead of one pass of the whole file per block,
+    and one chunk's text on disk at a time. Only series named in ``names`` (what the rules
+    read), when given. Returns (samples, series, seconds writing, seconds waiting on promtool)."""
+    series = [s for s in store if names is None or dict(s.labels)["__name__"] in names]
+    first = min(int(s.t[0]) for s in series)
+    last = max(int(s.t[-1]) for s in series)
+    heads = []
+    for s in series:
+        labels = dict(s.labels)
+        name = labels.pop("__name__")
+        heads.append(name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}")
+    total = 0
+    t_write = t_wait = 0.0
+    pending = None  # (process, file)
+    a = first // chunk_ms * chunk_ms
+    k = 0
+    while a <= last:
+        b = a + chunk_ms
+        path = tmp / f"chunk-{k}.om"
+        t0 = time.perf_counter()
+        with path.open("w") as fh:
+            for head, s in zip(heads, series):
+                i, j = np.searchsorted(s.t, [a, b])
+                if i == j:
+                    continue
+                ts = (s.t[i:j] // 1000).tolist()
+                fh.write("".join(f"{head} {v!r} {t}\n" for v, t in zip(s.v[i:j].tolist(), ts)))
+                total += int(j - i)
+            fh.write("# EOF\n")
+        t_write += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if pending is not None:
+            _finish(*pending)
+        t_wait += time.perf_counter() - t0
+        proc = subprocess.Popen(["nice", "-n", "10", "promtool", "tsdb", "create-blocks-from", "openmetrics", "-q",
+                                 str(path), str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        pending = (proc, path)
+        say(f"  chunk {k}: {path.stat().st_size / 1e6:.0f} MB of OpenMetrics, {total / 1e6:.1f}M samples so far")
+        a, k = b, k + 1
+    t0 = time.perf_counter()
+    if pending is not None:
+        _finish(*pending)
+    t_wait += time.perf_counter() - t0
+    return total, len(series), t_write, t_wait
+
+
+def _finish(proc, path: Path) -> None:
+    _, err = proc.communicate()
+    path.unlink()
+    if proc.returncode != 0:
+        raise SystemExit(f"promtool on {path.name}: {err.decode(errors='replace')[-2000:]}")
+
+
 def run_path(url: str, engine: str, start_s: int, end_s: int, step_s: int, out_json: Path, limit_s: float) -> dict:
     """One backtest process; its wall time and peak RSS. Past ``limit_s`` it is stopped and the
     figures are lower bounds (``done`` False): the peak is polled from /proc while it runs."""
@@ -130,14 +208,12 @@ def main() -> None:
     ap.add_argument("--step", type=int, default=60, help="evaluation interval (s)")
     ap.add_argument("--server", choices=("prometheus", "victoria"), default="prometheus")
     ap.add_argument("--limit", type=float, default=300, help="stop a path after this many seconds (s)")
+    ap.add_argument("--tsdb", metavar="DIR", help="--server prometheus: keep the backfilled TSDB here, and reuse it "
+                    "when it holds this fleet already (bench_capacity_server.py reads it too)")
     ap.add_argument("--write", metavar="FILE", help="replace this script's section of FILE with the results")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    store = fleet(args.pods, args.hours / 24, args.scrape)
-    first = int(min(s.t[0] for s in store)) // 1000
-    last = int(max(s.t[-1] for s in store)) // 1000
-    start = -(-first // args.step) * args.step
     lines = []
     imported = 0.0
 
@@ -148,17 +224,39 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if args.server == "prometheus":
-            from promtsdb import prometheus_over
+            from promtsdb import prometheus_serving
 
-            om = tmp / "fleet.om"
-            samples = write_openmetrics(store, om)
-            nseries = len(store)
-            del store
-            gen = time.perf_counter() - t0
-            ctx = prometheus_over(om, tmp, ready_seconds=600)
+            data = Path(args.tsdb) if args.tsdb else tmp / "tsdb"
+            spec = {"pods": args.pods, "hours": args.hours, "scrape": args.scrape}
+            marker = data / "bench-fleet.json"
+            if marker.exists() and json.loads(marker.read_text())["spec"] == spec:
+                got = json.loads(marker.read_text())
+                samples, nseries, first, last = got["samples"], got["series"], got["first"], got["last"]
+                gen = load = 0.0
+                say(f"(the TSDB in {data} holds this fleet already: reused)")
+            else:
+                store = fleet(args.pods, args.hours / 24, args.scrape)
+                first = int(min(s.t[0] for s in store)) // 1000
+                last = int(max(s.t[-1] for s in store)) // 1000
+                gen = time.perf_counter() - t0
+                if data.exists():
+                    import shutil
+                    shutil.rmtree(data)
+                data.mkdir(parents=True)
+                samples, nseries, t_write, t_wait = backfill_chunked(store, data, tmp, names=read_names(), say=say)
+                del store
+                load = t_write + t_wait
+                marker.write_text(json.dumps({"spec": spec, "samples": samples, "series": nseries, "first": first,
+                                              "last": last}))
+                say(f"backfill: {t_write:.0f}s writing 2-hour chunks of OpenMetrics, {t_wait:.0f}s more waiting on "
+                    "promtool (each chunk converted while the next was written)")
+            ctx = prometheus_serving(data, tmp, ready_seconds=600)
         else:
             from exporter.harness.victoria import VictoriaMetrics
 
+            store = fleet(args.pods, args.hours / 24, args.scrape)
+            first = int(min(s.t[0] for s in store)) // 1000
+            last = int(max(s.t[-1] for s in store)) // 1000
             samples, nseries = sum(len(s) for s in store), len(store)
             gen = time.perf_counter() - t0
             t_imp = time.perf_counter()
@@ -174,9 +272,11 @@ def main() -> None:
                 def __exit__(self, *exc):
                     vm.close()
             ctx = _Ctx()
+        start = -(-first // args.step) * args.step
         t1 = time.perf_counter()
         with ctx as url:
-            load = time.perf_counter() - t1 + (imported if args.server == "victoria" else 0.0)
+            if args.server == "victoria":
+                load = time.perf_counter() - t1 + imported
             port = int(url.rsplit(":", 1)[1])
             say(f"fleet: {args.pods} pods, {nseries} series, {samples / 1e6:.1f}M samples at {args.scrape}s over "
                 f"{args.hours:g}h; generated and written in {gen:.0f}s, backfilled into {args.server} in {load:.0f}s")

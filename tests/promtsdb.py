@@ -13,28 +13,44 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import requests
 
 from exporter.harness.localstack import free_port
 
 
+def create_blocks(openmetrics_file: Path, data: Path, timeout: float = 300, nice: int = 0) -> None:
+    """``promtool tsdb create-blocks-from openmetrics`` of one file into ``data`` (which may already
+    hold blocks: the new ones are added beside them)."""
+    assert shutil.which("promtool"), "promtool not installed (make test installs it)"
+    argv = ["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", str(openmetrics_file), str(data)]
+    if nice:
+        argv = ["nice", "-n", str(nice)] + argv
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
 @contextlib.contextmanager
 def prometheus_over(openmetrics_file: Path, workdir: Path, ready_seconds: float = 60) -> Iterator[str]:
     """Yield the base URL of a Prometheus holding ``openmetrics_file``'s samples."""
-    for tool in ("prometheus", "promtool"):
-        assert shutil.which(tool), f"{tool} not installed (make test installs it)"
     data = workdir / "tsdb"
-    r = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(openmetrics_file), str(data)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
+    create_blocks(openmetrics_file, data)
+    with prometheus_serving(data, workdir, ready_seconds) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def prometheus_serving(data: Path, workdir: Path, ready_seconds: float = 60, flags: Sequence[str] = ()) -> Iterator[str]:
+    """Yield the base URL of a Prometheus started over the TSDB directory ``data`` (no targets)."""
+    assert shutil.which("prometheus"), "prometheus not installed (make test installs it)"
     cfg = workdir / "prometheus.yml"
     cfg.write_text("global: {}\nscrape_configs: []\n")
     port = free_port()
     with (workdir / "prometheus.log").open("w") as log:
         proc = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
-                                 f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y"],
+                                 f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y",
+                                 *flags],
                                 stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:

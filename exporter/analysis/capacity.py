@@ -33,7 +33,12 @@ From the raw vLLM series over a range (two weeks by default) and the SLO file, p
   current capacity, with Fieller's interval for that date.
 
 ``compute`` is pure: a ``Store`` of raw samples and ``Options`` in, a ``CapacityReport`` out. The
-command line loads the store (``sources``) and writes the report (``capacity_report``).
+command line loads the store (``sources``) and writes the report (``capacity_report``). Against a
+server (``capacity --engine server``) no raw sample comes here: ``compute`` is given a
+``remote.RuleServer`` that answers every recording rule over raw series with ``query_range``
+(6-hour chunks) and the whole-range figures with instant queries; the rules over recorded series
+and all that follows run here over those answers, so the report is the local path's (proven on a
+real Prometheus: tests/test_capacity.py) while this process holds recorded series, not samples.
 """
 
 from __future__ import annotations
@@ -369,6 +374,14 @@ def end_groups(c: Ctx) -> List[Group]:
     return groups_from_data([{"name": "capacity-at-end", "rules": chosen}], "<the pack's capacity rules>")
 
 
+def server_for(opts: Options, url: str, chunk_ms: int = 6 * 3600_000, session=None):
+    """The ``remote.RuleServer`` for ``compute(Store(), opts, server)``: the model's rules
+    evaluated by the Prometheus at ``url`` where they read raw series."""
+    from .remote import RuleServer
+
+    return RuleServer(rule_groups(_ctx(opts))[0], url, opts.step_ms, chunk_ms, session=session)
+
+
 def selectors(opts: Options) -> Tuple[List[Tuple[str, int]], List[str]]:
     """The raw selectors to read and from when (ms), and the names the rules record (to drop)."""
     from .backtest import raw_selectors
@@ -669,7 +682,11 @@ def _scalar_by_model(vec, svc_names: Sequence[str]) -> Dict[Labels, float]:
     return out
 
 
-def compute(store: Store, opts: Options) -> CapacityReport:
+def compute(store: Store, opts: Options, server=None) -> CapacityReport:
+    """The report from ``store`` (raw samples: the local path), or with ``server`` (a
+    ``remote.RuleServer``; ``store`` then starts empty) from a server that evaluates every rule
+    and whole-range figure that reads raw series; the rules over recorded series, the headroom
+    rules at the end and everything after run here on the recorded series it answered."""
     if opts.end_ms <= opts.start_ms:
         raise CapacityError("the end is not after the start")
     if opts.step_ms <= 0:
@@ -684,7 +701,11 @@ def compute(store: Store, opts: Options) -> CapacityReport:
     groups, names = rule_groups(c)
     times = opts.start_ms + opts.step_ms * np.arange(steps, dtype=np.int64)
     try:
-        run_rules(groups, store, times, opts.step_ms, opts.lookback_ms)
+        if server is not None:
+            run_rules(groups, store, times, opts.step_ms, opts.lookback_ms, block_steps=server.block_steps,
+                      served=server)
+        else:
+            run_rules(groups, store, times, opts.step_ms, opts.lookback_ms)
     except (RuleEvalError, ValueError) as exc:
         raise CapacityError(str(exc)) from None
     # the outer labels (cluster) first, as the rules keep them: two clusters' llm/vllm-0 are two rows
@@ -722,7 +743,11 @@ def compute(store: Store, opts: Options) -> CapacityReport:
                            f">= {slo['capacity']['saturated_share']:g}")
     qps = over_range(c.mrec("vllm_requests_finished", "rate"))
     tokens = over_range(c.mrec("vllm_generation_tokens", "rate"))
-    whole = at_end(range_exprs(c, opts.end_ms - opts.start_ms))
+    if server is not None:  # whole-range figures over raw series: evaluated by the server
+        whole = {k: _scalar_by_model(server.instant(e, opts.end_ms), svc_names)
+                 for k, e in range_exprs(c, opts.end_ms - opts.start_ms).items()}
+    else:
+        whole = at_end(range_exprs(c, opts.end_ms - opts.start_ms))
     end_t = np.array([opts.end_ms], dtype=np.int64)
     try:
         run_rules(end_groups(c), store, end_t, opts.step_ms, opts.lookback_ms)

@@ -41,9 +41,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import alerts as alert_states
+from .promapi import ServerError, query_range  # noqa: F401 (ServerError: re-exported)
 from .promql.ast import AggregateExpr, BinaryExpr, Call, Expr, MatrixSelector, ParenExpr, SubqueryExpr, UnaryExpr, VectorSelector
 from .promql.durations import format_duration
 from .promql.labels import Labels, make
+from .promql.vector import Vec, build
 from .rulefile import Group, Rule, fill_label_template
 from .rulemanager import AlertTrack, Run, forward_references
 from .series import Store
@@ -53,10 +55,6 @@ MAX_POINTS = 11_000  # Prometheus' limit of points per series in one query_range
 
 class Unsupported(ValueError):
     """Rules the server path cannot send inlined; one line naming the rule and why."""
-
-
-class ServerError(ValueError):
-    """The server refused or failed a query; one line."""
 
 
 @dataclass(frozen=True)
@@ -178,27 +176,6 @@ class ServerStats:
     chunk_ms: int = 0
 
 
-def query_range(session, url: str, query: str, start_ms: int, end_ms: int, step_ms: int, timeout_s: float) -> list:
-    import requests
-
-    try:
-        resp = session.post(url.rstrip("/") + "/api/v1/query_range",
-                            data={"query": query, "start": f"{start_ms / 1000:.3f}", "end": f"{end_ms / 1000:.3f}",
-                                  "step": f"{step_ms / 1000:g}s"}, timeout=timeout_s)
-    except requests.RequestException as exc:
-        raise ServerError(f"{url}: {type(exc).__name__}: {str(exc)[:200]}") from None
-    try:
-        body = resp.json()
-    except ValueError:
-        raise ServerError(f"{url}: HTTP {resp.status_code}, not a Prometheus API answer") from None
-    if body.get("status") != "success":
-        err = str(body.get("error", ""))
-        if len(err) > 600:  # the server's reason is at the end, after the (long, inlined) query it quotes
-            err = err[:200] + " ... " + err[-400:]
-        raise ServerError(f"{url}: query_range failed: {body.get('errorType', '')} {err}")
-    return (body.get("data") or {}).get("result") or []
-
-
 def run_on_server(groups: Sequence[Group], url: str, times: np.ndarray, step_ms: int, chunk_ms: int = 6 * 3600_000,
                   session=None, timeout_s: float = 300.0, stats: Optional[ServerStats] = None) -> Run:
     """Every alerting rule of ``groups`` evaluated by the server over ``times`` (aligned to
@@ -268,3 +245,80 @@ def plot_on_server(groups: Sequence[Group], exprs: Sequence[Expr], url: str, tim
         labels = sorted(rows)
         out.append((labels, np.array([rows[ls] for ls in labels]) if labels else np.zeros((0, n))))
     return out
+
+
+def answer_vec(result: list, times: np.ndarray, step_ms: int) -> Vec:
+    """A ``query_range`` (or instant ``query``) answer as a ``Vec`` on the grid ``times`` (the
+    server's order of series; points off the grid are dropped)."""
+    n = len(times)
+    t0 = int(times[0]) if n else 0
+    labels: List[Labels] = []
+    V = np.full((len(result), n), np.nan)
+    P = np.zeros((len(result), n), bool)
+    for i, item in enumerate(result):
+        labels.append(make(item.get("metric") or {}))
+        points = item.get("values")
+        if points is None and item.get("value") is not None:
+            points = [item["value"]]
+        for p in points or []:
+            k = (round(float(p[0]) * 1000) - t0) // step_ms if n > 1 else 0
+            if 0 <= k < n and (n > 1 or round(float(p[0]) * 1000) == t0):
+                V[i, k] = float(p[1])
+                P[i, k] = True
+    return build(labels, V, P, np.arange(len(result), dtype=np.float64), times)
+
+
+class RuleServer:
+    """Rules whose expression reads raw series only, answered by the server over each block of
+    the grid (``query_range``, at most ``MAX_POINTS`` evaluations a query: the rule runner's
+    blocks are sized by ``block_steps``); rules that read what another rule records return None
+    and are evaluated here over the recorded series the server's answers made. Passed to
+    ``rulemanager.run`` as ``served``: the server does the work over raw samples (rates and
+    quantiles over every histogram bucket), this process holds the recorded series only."""
+
+    def __init__(self, groups: Sequence[Group], url: str, step_ms: int, chunk_ms: int = 6 * 3600_000, session=None,
+                 timeout_s: float = 300.0, stats: Optional[ServerStats] = None) -> None:
+        import requests
+
+        from .promql.ast import walk
+        from .promql.labels import MatcherSet
+
+        self.url, self.step_ms, self.timeout_s = url, step_ms, timeout_s
+        self.session = session or requests.Session()
+        self.stats = stats if stats is not None else ServerStats()
+        self.block_steps = max(1, min(MAX_POINTS, chunk_ms // step_ms))  # evaluations per query
+        self.stats.chunk_ms = self.block_steps * step_ms
+        recorded = {r.name for g in groups for r in g.rules if r.kind == "record"}
+        self._raw_only = set()
+        for g in groups:
+            for r in g.rules:
+                sels = [MatcherSet(n.matchers) for n in walk(r.expr) if isinstance(n, VectorSelector)]
+                if not any(m.matches_name(name) for m in sels for name in recorded):
+                    self._raw_only.add(self._key(r))
+
+    @staticmethod
+    def _key(rule: Rule) -> tuple:  # the same rule parsed again (compute renders its own) is the same rule
+        return rule.kind, rule.name, str(rule.expr), tuple(rule.labels)
+
+    def reads_raw_only(self, rule: Rule) -> bool:
+        return self._key(rule) in self._raw_only
+
+    def __call__(self, rule: Rule, block: np.ndarray) -> Optional[Vec]:
+        if not self.reads_raw_only(rule):
+            return None
+        query = str(rule.expr)
+        self.stats.longest_query = max(self.stats.longest_query, len(query))
+        result = query_range(self.session, self.url, query, int(block[0]), int(block[-1]), self.step_ms, self.timeout_s)
+        self.stats.queries += 1
+        self.stats.points += sum(len(item.get("values") or []) for item in result)
+        return answer_vec(result, block, self.step_ms)
+
+    def instant(self, expr: str, at_ms: int) -> Vec:
+        """An expression over raw series evaluated by the server at one time, as a one-step Vec."""
+        from .promapi import query
+
+        self.stats.longest_query = max(self.stats.longest_query, len(expr))
+        result = query(self.session, self.url, expr, at_ms, self.timeout_s, post=True, expect="vector")
+        self.stats.queries += 1
+        self.stats.points += len(result)
+        return answer_vec(result, np.array([at_ms], dtype=np.int64), self.step_ms)

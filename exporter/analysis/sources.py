@@ -10,7 +10,8 @@ with timestamps, or a Prometheus server over its HTTP API.
 - A Prometheus server: each selector fetched as ``/api/v1/query`` of ``sel[chunk]`` at the end of
   each chunk, so the raw samples come back (a range query would resample them).
 
-Errors name the file and line (or the URL and query) in one line: ``SourceError``.
+Errors name the file and line (or the URL and query) in one line: ``SourceError`` (a server's:
+``promapi.ServerError``, one of them; ``promapi`` reads every API answer).
 """
 
 from __future__ import annotations
@@ -24,14 +25,12 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 import yaml
 
+from .promapi import SourceError
+from .promapi import query as api_query
 from .promql.durations import DurationError, parse_duration
 from .promql.labels import NAME, Labels, make
 from .promql.lexer import PromQLSyntaxError, tokenize, unquote
 from .series import Store
-
-
-class SourceError(ValueError):
-    """History that cannot be read; ``str()`` is one line naming the file or URL."""
 
 
 @dataclass
@@ -321,10 +320,6 @@ def load_file(path: str, test_name: Optional[str] = None) -> Loaded:
 
 # -- Prometheus over HTTP -----------------------------------------------------------------
 
-def _fmt_seconds(ms: int) -> str:
-    return f"{ms // 1000}.{ms % 1000:03d}" if ms >= 0 else f"{ms / 1000:.3f}"
-
-
 def fetch_prometheus(url: str, selectors: Sequence[Tuple[str, int]], end_ms: int, chunk_ms: int = 2 * 3600_000,
                      timeout_s: float = 60.0, session=None, drop_names: Iterable[str] = ()) -> Loaded:
     """Raw samples of each ``(selector, from_ms)`` up to ``end_ms``, read with instant queries of
@@ -333,7 +328,6 @@ def fetch_prometheus(url: str, selectors: Sequence[Tuple[str, int]], end_ms: int
     import requests
 
     sess = session or requests.Session()
-    api = url.rstrip("/") + "/api/v1/query"
     drop = set(drop_names)
     acc: Dict[Labels, Tuple[List[np.ndarray], List[np.ndarray]]] = {}
     for sel, from_ms in selectors:
@@ -342,20 +336,8 @@ def fetch_prometheus(url: str, selectors: Sequence[Tuple[str, int]], end_ms: int
             t_end = min(t + chunk_ms, max(end_ms, from_ms))
             rng = max(t_end - t, 1)
             query = f"{sel}[{rng}ms]"
-            try:
-                resp = sess.get(api, params={"query": query, "time": _fmt_seconds(t_end)}, timeout=timeout_s)
-            except requests.RequestException as exc:
-                raise SourceError(f"{url}: {type(exc).__name__}: {str(exc)[:200]}") from None
-            try:
-                body = resp.json()
-            except ValueError:
-                raise SourceError(f"{url}: HTTP {resp.status_code}, not a Prometheus API answer to {query!r}") from None
-            if body.get("status") != "success":
-                raise SourceError(f"{url}: query {query!r} failed: {body.get('errorType', '')} {body.get('error', '')}".strip())
-            data = body.get("data") or {}
-            if data.get("resultType") != "matrix":
-                raise SourceError(f"{url}: query {query!r} returned {data.get('resultType')!r}, expected a matrix")
-            for item in data.get("result") or []:
+            result = api_query(sess, url, query, t_end, timeout_s, expect="matrix")
+            for item in result:
                 labels = make(item.get("metric") or {})
                 if dict(labels).get(NAME) in drop:
                     continue

@@ -36,6 +36,14 @@ def _parser() -> OneLineParser:
     src.add_argument("--prometheus-url", metavar="URL", help="read vLLM's raw series from this Prometheus")
     src.add_argument("--file", metavar="FILE", help="recorded series: OpenMetrics with timestamps ending in '# EOF' "
                                                      "(gzip allowed), or a promtool unit-test file")
+    src.add_argument("--engine", choices=("auto", "server", "local"), default="auto",
+                     help="with --prometheus-url: server has the server evaluate every recording rule over raw "
+                          "series (query_range in --server-chunk pieces) and the whole-range figures (instant "
+                          "queries), the rest runs here on the recorded series it answers (this process holds "
+                          "recorded series, not samples); local reads the raw series and evaluates here; auto "
+                          "(default): local up to 6h of range, else server")
+    src.add_argument("--server-chunk", metavar="DURATION", default="6h",
+                     help="--engine server: the range one query covers (default 6h; at most 11000 evaluations)")
     when = p.add_argument_group("range")
     when.add_argument("--start", metavar="TIME", help="RFC 3339 or unix seconds; default: capacity.history (SLO) "
                                                       "before --end")
@@ -80,6 +88,8 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
         return fail(SUB, "the capacity model needs numpy: pip install 'vllm-sidecar-exporter[analysis]'")
     from ..analysis import capacity as cap
     from ..analysis import capacity_report as rep
+    from ..analysis.backtest import AUTO_LOCAL_MAX_MS
+    from ..analysis.series import Store
     from ..analysis.sources import SourceError, fetch_prometheus, load_file
     from ..slo import load_slo, seconds
 
@@ -94,6 +104,7 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
     try:
         slo = load_slo(ns.slo)
         step = _duration(ns.step, "--step")
+        server_chunk = _duration(ns.server_chunk, "--server-chunk")
         period = _duration(ns.trend_period, "--trend-period")
         start = parse_time(ns.start, "--start") if ns.start else None
         end = parse_time(ns.end, "--end") if ns.end else None
@@ -117,16 +128,26 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
     if end <= start:
         return fail(SUB, "--end must be after --start")
     opts = cap.Options(slo, start, end, step, ns.target_qps, ns.headroom, period, ns.confidence, ns.model)
-    if loaded is None:
+    engine = "local" if ns.file else ns.engine
+    if engine == "auto":
+        engine = "local" if end - start <= AUTO_LOCAL_MAX_MS else "server"
+    server = None
+    t0 = time.perf_counter()
+    if engine == "server":
+        server = cap.server_for(opts, ns.prometheus_url, server_chunk)
+        store = Store()
+    elif loaded is None:
         sels, recorded = cap.selectors(opts)
         try:
             loaded = fetch_prometheus(ns.prometheus_url, sels, end, drop_names=recorded)
         except SourceError as exc:
             return fail(SUB, str(exc))
-    t0 = time.perf_counter()
+    if server is None:
+        store = loaded.store
+        raw_series = len(store)
     try:
-        report = cap.compute(loaded.store, opts)
-    except cap.CapacityError as exc:
+        report = cap.compute(store, opts, server)
+    except (cap.CapacityError, SourceError) as exc:
         return fail(SUB, str(exc))
     try:
         if ns.png:
@@ -145,8 +166,14 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
         return fail(SUB, str(exc))
     if ns.json != "-" and ns.markdown != "-":
         sys.stdout.write(md)
-    sys.stderr.write(f"{PROG} {SUB}: {len(report.models)} model(s), {(end - start) // step + 1} steps over "
-                     f"{len(loaded.store)} series in {time.perf_counter() - t0:.1f}s\n")
+    if server is not None:
+        st = server.stats
+        sys.stderr.write(f"{PROG} {SUB}: {len(report.models)} model(s), {(end - start) // step + 1} steps, evaluated "
+                         f"by the server in {st.queries} queries ({st.points} points back, {len(store)} recorded "
+                         f"series here) in {time.perf_counter() - t0:.1f}s\n")
+    else:
+        sys.stderr.write(f"{PROG} {SUB}: {len(report.models)} model(s), {(end - start) // step + 1} steps over "
+                         f"{raw_series} series in {time.perf_counter() - t0:.1f}s\n")
     short = [m for m in report.models if m.target is not None and m.target.enough is False]
     if ns.fail_when_short and short:
         for m in short:
