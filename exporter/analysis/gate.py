@@ -2,9 +2,9 @@
 and the sidecar's signals during each run beside them so a regression comes with a likely cause.
 
 Figures come from ``vllm bench serve --save-result`` files (``benchfile``) or from two time
-ranges of one Prometheus (``range_figures``: the same figures from vLLM's own counters and
-histograms over each range). Each figure knows which way is worse: latencies up, throughputs
-down, the failed share up.
+ranges of one Prometheus (``range_run``: the same figures from vLLM's own counters and
+histograms over each range, from raw samples here or evaluated by the server: ``ServerRanges``).
+Each figure knows which way is worse: latencies up, throughputs down, the failed share up.
 
 The rule, per figure, with the baseline runs B and candidate runs C (one or more each):
 
@@ -401,17 +401,22 @@ def range_run(store, selector: str, start_ms: int, end_ms: int, source: str, loo
     return BenchRun(source, source, figs, {}, start_ms, end_ms)
 
 
-def range_signals(store, selector: str, start_ms: int, end_ms: int, lookback_ms: int = 300_000) -> Signals:
-    """The sidecar's signals over ``(start, end]``, every matching replica's samples pooled."""
+def range_signals(store, selector: str, start_ms: int, end_ms: int, lookback_ms: int = 300_000,
+                  only: Optional[Sequence[str]] = None) -> Signals:
+    """The sidecar's signals over ``(start, end]``, every matching replica's samples pooled
+    (``only``: just these fields, and no preemptions)."""
     from .promql.ast import VectorSelector
     from .promql.labels import MatcherSet
     from .promql.parser import parse
 
     out: Dict[str, Optional[float]] = {}
     r = f"{max(end_ms - start_ms, 1)}ms"
-    out["preemptions"] = _value_at(store, f"sum(increase({_with('vllm:num_preemptions_total', selector)}[{r}]))",
-                                   end_ms, lookback_ms)
+    if only is None:
+        out["preemptions"] = _value_at(store, f"sum(increase({_with('vllm:num_preemptions_total', selector)}[{r}]))",
+                                       end_ms, lookback_ms)
     for fld, metric, how in SIGNAL_SERIES:
+        if only is not None and fld not in only:
+            continue
         node = parse(_with(metric, selector))
         assert isinstance(node, VectorSelector)
         chunks = []
@@ -421,3 +426,79 @@ def range_signals(store, selector: str, start_ms: int, end_ms: int, lookback_ms:
             chunks.append(v[keep])
         out[fld] = summarise(np.concatenate(chunks), how) if chunks else None
     return Signals(**out)
+
+
+# -- the same, evaluated by a Prometheus (gate --engine server) ----------------------------------------
+
+def _server_how(how: str) -> bool:
+    """Whether a server can summarise a signal's samples exactly: a max, a mean (sums and counts
+    over the range); a share of samples at a level it cannot without a subquery, which resamples."""
+    return how in ("max", "mean")
+
+
+def server_signal_exprs(selector: str, start_ms: int, end_ms: int) -> Dict[str, str]:
+    """PromQL, at ``end_ms``, for each signal a server can summarise over ``(start, end]`` (a range
+    of ``end - start - 1`` ms: Prometheus 2's ranges include their left end)."""
+    r = f"{max(end_ms - start_ms - 1, 1)}ms"
+    out = {"preemptions": f"sum(increase({_with('vllm:num_preemptions_total', selector)}[{max(end_ms - start_ms, 1)}ms]))"}
+    for fld, metric, how in SIGNAL_SERIES:
+        sel = _with(metric, selector)
+        if how == "max":
+            out[fld] = f"max(max_over_time({sel}[{r}]))"
+        elif how == "mean":
+            out[fld] = f"sum(sum_over_time({sel}[{r}])) / sum(count_over_time({sel}[{r}]))"
+    return out
+
+
+def raw_signal_selectors(selector: str, start_ms: int) -> List[Tuple[str, int]]:
+    """The signals' series a server cannot summarise (shares of samples at a level): read raw."""
+    return [(_with(m, selector), start_ms) for _, m, how in SIGNAL_SERIES if not _server_how(how)]
+
+
+class ServerRanges:
+    """Figures and signals of time ranges evaluated by a Prometheus: each figure's expression an
+    instant query at the range's end (the server sums every bucket of every replica; one number
+    comes back), each max and mean signal likewise; only the share signals' own series (one per
+    replica) are read raw. The same numbers as ``range_run`` and ``range_signals`` over a store
+    of every raw sample (tests/test_gate_server.py, on a real Prometheus)."""
+
+    def __init__(self, url: str, session=None, timeout_s: float = 300.0) -> None:
+        import requests
+
+        self.url, self.timeout_s = url, timeout_s
+        self.session = session or requests.Session()
+        self.queries = 0
+
+    def value(self, expr: str, at_ms: int) -> Optional[float]:
+        from .promapi import query
+
+        result = query(self.session, self.url, expr, at_ms, self.timeout_s, post=True, expect="vector")
+        self.queries += 1
+        vals = [float(item["value"][1]) for item in result if item.get("value")]
+        vals = [x for x in vals if math.isfinite(x)]
+        return vals[0] if len(vals) == 1 else None
+
+    def run(self, selector: str, start_ms: int, end_ms: int, source: str) -> BenchRun:
+        if end_ms <= start_ms:
+            raise ValueError(f"{source}: the range ends before it starts")
+        figs = {}
+        for key, e in range_exprs(selector, (end_ms - start_ms) / 1000).items():
+            v = self.value(e, end_ms)
+            if v is not None:
+                figs[key] = v
+        return BenchRun(source, source, figs, {}, start_ms, end_ms)
+
+    def signals(self, selector: str, start_ms: int, end_ms: int) -> Signals:
+        from .sources import fetch_prometheus
+
+        out: Dict[str, Optional[float]] = {k: self.value(e, end_ms)
+                                           for k, e in server_signal_exprs(selector, start_ms, end_ms).items()}
+        raw = raw_signal_selectors(selector, start_ms)
+        got = fetch_prometheus(self.url, raw, end_ms, session=self.session)
+        self.queries += len(raw)
+        shares = range_signals(got.store, selector, start_ms, end_ms,
+                               only=[f for f, _, h in SIGNAL_SERIES if not _server_how(h)])
+        for k, v in vars(shares).items():
+            if k not in out:
+                out[k] = v
+        return Signals(**out)

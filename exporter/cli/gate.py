@@ -2,6 +2,9 @@
 serve --save-result`` files, or time ranges of one Prometheus) figure by figure and fails when
 one regressed by more than the threshold beyond the run-to-run noise; with ``--prometheus-url``
 the sidecar's signals during the runs are summarised beside the figures, with the likely cause.
+Over a Prometheus, ``--engine server`` has the server evaluate each figure and signal (instant
+queries), ``--engine local`` reads the raw series and evaluates here; the result files are read
+here either way (no server computes those).
 The work is ``exporter.analysis.gate``.
 
 Exit status: 0 no regression; 1 a regression (one line per regressed figure on stderr); 2 bad
@@ -35,6 +38,13 @@ def _parser() -> OneLineParser:
     runs.add_argument("--prometheus-url", metavar="URL",
                       help="the Prometheus that scraped vLLM and the sidecar: the sidecar's signals during each run "
                            "(the files' time ranges, or the ranges below); with ranges only, the figures too")
+    runs.add_argument("--engine", choices=("auto", "server", "local"), default="auto",
+                      help="with --prometheus-url: server has the server evaluate each figure and each max and mean "
+                           "signal over a range (instant queries: one number back each; only the share signals' own "
+                           "series are read raw), local reads the raw series (every histogram bucket of every "
+                           "replica) and evaluates here; auto (default): local when every range is at most 6h, "
+                           "else server. The result files of --baseline and --candidate are read here either way: "
+                           "no server computes those")
     runs.add_argument("--baseline-range", metavar="START/END", action="append", default=[],
                       help="a baseline time range (RFC 3339 or unix seconds, START/END); repeatable")
     runs.add_argument("--candidate-range", metavar="START/END", action="append", default=[],
@@ -96,6 +106,7 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
         return fail(SUB, "the gate needs numpy: pip install 'vllm-sidecar-exporter[analysis]'")
     from ..analysis import benchfile, gate
     from ..analysis import gate_report as rep
+    from ..analysis.backtest import AUTO_LOCAL_MAX_MS
     from ..analysis.promql.lexer import PromQLSyntaxError
     from ..analysis.promql.parser import parse
     from ..analysis.report import fmt_time
@@ -161,7 +172,7 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
                 notes.append(f"{other.source} ran a different load: " +
                              ", ".join(f"{k} {b!r} against {a!r}" for k, a, b in diff))
 
-    store = None
+    signals_of = srv = None
     if ns.prometheus_url:
         if not b_ranges:
             b_ranges = [(r.start_ms, r.end_ms) for r in baseline if r.start_ms is not None]
@@ -169,22 +180,34 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
             missing = [r.source for r in baseline + candidate if r.start_ms is None]
             if missing:
                 notes.append(f"no date and duration in {', '.join(missing)}: its signals are left out")
-        store = Store()
-        try:
-            for (a, b), sel in [(r, sides["baseline"]) for r in b_ranges] + [(r, sides["candidate"]) for r in c_ranges]:
-                got = fetch_prometheus(ns.prometheus_url, gate.range_selectors(sel, a, b), b)
-                for s in got.store:
-                    t, v = s.without_stale()
-                    store.add(s.labels, t, v)
-        except SourceError as exc:
-            return fail(SUB, str(exc))
+        engine = ns.engine
+        if engine == "auto":
+            engine = "local" if all(b - a <= AUTO_LOCAL_MAX_MS for a, b in b_ranges + c_ranges) else "server"
+        if engine == "server":
+            srv = gate.ServerRanges(ns.prometheus_url)
+            run_of, signals_of = srv.run, srv.signals
+        else:
+            store = Store()
+            try:
+                for (a, b), sel in [(r, sides["baseline"]) for r in b_ranges] + \
+                        [(r, sides["candidate"]) for r in c_ranges]:
+                    got = fetch_prometheus(ns.prometheus_url, gate.range_selectors(sel, a, b), b)
+                    for s in got.store:
+                        t, v = s.without_stale()
+                        store.add(s.labels, t, v)
+            except SourceError as exc:
+                return fail(SUB, str(exc))
+
+            def run_of(sel, a, b, source, store=store):
+                return gate.range_run(store, sel, a, b, source)
+
+            def signals_of(sel, a, b, store=store):
+                return gate.range_signals(store, sel, a, b)
         if not files:
             try:
-                baseline = [gate.range_run(store, sides["baseline"], a, b, f"{fmt_time(a)}/{fmt_time(b)}")
-                            for a, b in b_ranges]
-                candidate = [gate.range_run(store, sides["candidate"], a, b, f"{fmt_time(a)}/{fmt_time(b)}")
-                             for a, b in c_ranges]
-            except ValueError as exc:
+                baseline = [run_of(sides["baseline"], a, b, f"{fmt_time(a)}/{fmt_time(b)}") for a, b in b_ranges]
+                candidate = [run_of(sides["candidate"], a, b, f"{fmt_time(a)}/{fmt_time(b)}") for a, b in c_ranges]
+            except (ValueError, SourceError) as exc:
                 return fail(SUB, str(exc))
             empty = [r.source for r in baseline + candidate if not r.figures]
             if empty:
@@ -197,12 +220,18 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
     if bad:
         return fail(SUB, f"--figures: no figure matches {bad[0]!r}")
     result = rep.GateResult(comparison, baseline, candidate, "files" if files else "prometheus", notes=notes)
-    if store is not None and b_ranges and c_ranges:
-        sb = gate.median_signals([gate.range_signals(store, sides["baseline"], a, b) for a, b in b_ranges])
-        sc = gate.median_signals([gate.range_signals(store, sides["candidate"], a, b) for a, b in c_ranges])
+    if signals_of is not None and b_ranges and c_ranges:
+        try:
+            sb = gate.median_signals([signals_of(sides["baseline"], a, b) for a, b in b_ranges])
+            sc = gate.median_signals([signals_of(sides["candidate"], a, b) for a, b in c_ranges])
+        except SourceError as exc:
+            return fail(SUB, str(exc))
         result.signals_baseline, result.signals_candidate = sb, sc
         if not result.passed:
             result.likely_cause = gate.likely_cause(sb, sc, slo["kv_cache"]["warn"])
+    if srv is not None:
+        result.notes.append(f"figures and signals evaluated by the server at {ns.prometheus_url} in {srv.queries} "
+                            "queries (--engine server)")
     for path, text, flag in ((ns.markdown, rep.markdown, "--markdown"), (ns.json, rep.to_json, "--json")):
         if path:
             err = _write(path, text(result), flag)
