@@ -14,6 +14,8 @@ range over six hours.
 from __future__ import annotations
 
 import json
+import re
+import shutil
 
 import pytest
 
@@ -88,17 +90,43 @@ def test_auto_picks_the_server_past_six_hours_and_agrees(capsys, served):
     assert json.loads(auto)["models"][0]["sustainable"]["tokens_per_second"] > 0
 
 
+def _limited(served, tmp_path, max_samples: int):
+    """Another Prometheus over a copy of the same blocks, with ``--query.max-samples`` set."""
+    from promtsdb import prometheus_serving
+
+    url, f, s = served
+    data = tmp_path / "tsdb"
+    shutil.copytree(f.parent / "tsdb", data, ignore=shutil.ignore_patterns("lock", "wal", "chunks_head"))
+    return prometheus_serving(data, tmp_path, flags=[f"--query.max-samples={max_samples}"])
+
+
+def _queries(err: str) -> int:
+    return int(re.search(r"evaluated by the server in (\d+) queries", err).group(1))
+
+
+@pytest.mark.prometheus
+def test_queries_too_big_for_the_server_are_halved_until_they_fit(capsys, served, tmp_path):
+    url, f, s = served
+    rng = ["--slo", str(s), "--start", str(START_S + 300), "--end", str(START_S + 2400), "--json", "-"]
+    rc, filed, err = _cli(capsys, "--file", str(f), *rng)
+    assert rc == 0, err
+    rc, _, err = _cli(capsys, "--prometheus-url", url, "--engine", "server", *rng)
+    assert rc == 0, err
+    whole = _queries(err)
+    # 200 samples a query: a rate over every bucket of both replicas for the whole range is refused
+    # (and the local path's raw reads would be too); its halves, or their halves, pass
+    with _limited(served, tmp_path, 200) as small:
+        rc, out, err = _cli(capsys, "--prometheus-url", small, "--engine", "server", *rng)
+    assert rc == 0, err
+    assert _queries(err) > whole
+    assert json.loads(out) == json.loads(filed)
+
+
 @pytest.mark.prometheus
 def test_a_server_refusal_is_one_line_with_its_reason(capsys, served, tmp_path):
     url, f, s = served
-    # --query.max-samples is Prometheus' own limit; a tiny one makes every rule's query fail
-    from promtsdb import prometheus_serving
-
-    data = tmp_path / "tsdb"
-    import shutil
-
-    shutil.copytree(f.parent / "tsdb", data, ignore=shutil.ignore_patterns("lock", "wal", "chunks_head"))
-    with prometheus_serving(data, tmp_path, flags=["--query.max-samples=10"]) as small:
+    # so small that even one evaluation is too big: the server's reason, in one line
+    with _limited(served, tmp_path, 10) as small:
         rc, _, err = _cli(capsys, "--prometheus-url", small, "--engine", "server", "--slo", str(s), "--start",
                           str(START_S + 300), "--end", str(START_S + 2400))
     assert rc == 2 and err.count("\n") == 1, err

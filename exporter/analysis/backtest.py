@@ -197,7 +197,8 @@ def run_backtest(opts: Options, now_ms: Callable[[], int],
         if engine == "auto":
             engine = "local" if end - start <= AUTO_LOCAL_MAX_MS else "server"
         if engine == "server":
-            from .remote import ServerError, ServerStats, Unsupported, run_on_server
+            from .promapi import ServerError
+            from .remote import ServerStats, Unsupported, run_on_server
 
             start = -(-start // step) * step  # subqueries step on multiples of the step: so must the grid
             times = grid(start, end, step)
@@ -257,7 +258,8 @@ def plot_panels(result: Result, exprs: Sequence[str], lookback_ms: int = DEFAULT
     times = result.run.times
     out = []
     if result.engine == "server":
-        from .remote import ServerError, Unsupported, plot_on_server
+        from .promapi import ServerError
+        from .remote import Unsupported, plot_on_server
 
         try:
             got = plot_on_server(result.groups, parse_plots(exprs), result.server_url, times, result.run.interval_ms)

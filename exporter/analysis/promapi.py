@@ -21,7 +21,16 @@ class SourceError(ValueError):
 
 class ServerError(SourceError):
     """The server could not be reached, did not answer as the Prometheus API does, or refused
-    or failed a query; one line naming the URL."""
+    or failed a query; one line naming the URL. ``too_big``: the query ran into the server's own
+    limits (its timeout, its samples per query), so a shorter range of it may pass."""
+
+    too_big: bool = False
+
+
+# what Prometheus (errorType timeout; --query.max-samples) and VictoriaMetrics (-search.max*) say
+# when one query is too big for them
+_TOO_BIG = ("too many samples", "maxSamplesPerQuery", "maxPointsPerTimeseries", "maxSeries",
+            "query timed out", "timeout exceeded")
 
 
 def _shorten(text: str, head: int = 200, tail: int = 400) -> str:
@@ -55,9 +64,11 @@ def call(session, url: str, endpoint: str, params: Mapping[str, str], timeout_s:
                           f"{_shorten(query, 100, 60)!r}") from None
     if not isinstance(body, dict) or body.get("status") != "success":
         body = body if isinstance(body, dict) else {}
-        err = _shorten(str(body.get("error", "")))
-        raise ServerError(f"{url}: {endpoint} {_shorten(query, 100, 60)!r} failed: "
-                          f"{body.get('errorType', '')} {err}".rstrip())
+        full = str(body.get("error", ""))
+        exc = ServerError(f"{url}: {endpoint} {_shorten(query, 100, 60)!r} failed: "
+                          f"{body.get('errorType', '')} {_shorten(full)}".rstrip())
+        exc.too_big = body.get("errorType") == "timeout" or any(x in full for x in _TOO_BIG)
+        raise exc
     data = body.get("data") or {}
     if expect is not None and data.get("resultType") != expect:
         raise ServerError(f"{url}: {endpoint} {_shorten(query, 100, 60)!r} returned {data.get('resultType')!r}, "
@@ -70,6 +81,33 @@ def query_range(session, url: str, query: str, start_ms: int, end_ms: int, step_
     return call(session, url, "query_range", {"query": query, "start": fmt_seconds(start_ms),
                                               "end": fmt_seconds(end_ms), "step": f"{step_ms / 1000:g}s"},
                 timeout_s, post=True, expect="matrix")
+
+
+def query_range_split(session, url: str, query: str, times, step_ms: int, timeout_s: float,
+                      on_query=None) -> list:
+    """``query_range`` over the grid ``times`` (aligned to ``step_ms``), halved and sent again
+    where the server finds a range too big for its limits (its timeout, ``--query.max-samples``),
+    down to one evaluation; the answers of the pieces, concatenated (a series that spans pieces
+    comes back once per piece). ``on_query(points)`` is told of each answered query."""
+    pieces: list = []
+
+    def go(a: int, b: int) -> None:
+        try:
+            result = query_range(session, url, query, int(times[a]), int(times[b - 1]), step_ms, timeout_s)
+        except ServerError as exc:
+            if not exc.too_big or b - a <= 1:
+                raise
+            mid = (a + b) // 2
+            go(a, mid)
+            go(mid, b)
+            return
+        if on_query is not None:
+            on_query(sum(len(item.get("values") or []) for item in result))
+        pieces.extend(result)
+
+    if len(times):
+        go(0, len(times))
+    return pieces
 
 
 def query(session, url: str, query: str, at_ms: int, timeout_s: float, post: bool = False,

@@ -27,7 +27,9 @@ server's answer is the one a running ruler would have given.
 
 Each query covers ``chunk_ms`` of the grid (at most ``MAX_POINTS`` evaluations: Prometheus
 refuses more than 11,000 points per series), so one query's samples stay within the server's
-limits (``--query.max-samples``). Rules that read their own or a later rule's output (evaluated
+limits (``--query.max-samples``); a query the server still finds too big (its timeout, its
+samples per query) is halved and sent again, down to one evaluation (``promapi.query_range_split``).
+The server's API answers are read in one place, ``promapi``. Rules that read their own or a later rule's output (evaluated
 one step at a time locally) and selectors by a regex on the name of a recorded series cannot be
 inlined: ``Unsupported`` says which; the local engine handles them.
 """
@@ -41,7 +43,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import alerts as alert_states
-from .promapi import ServerError, query_range  # noqa: F401 (ServerError: re-exported)
+from .promapi import query_range_split
 from .promql.ast import AggregateExpr, BinaryExpr, Call, Expr, MatrixSelector, ParenExpr, SubqueryExpr, UnaryExpr, VectorSelector
 from .promql.durations import format_duration
 from .promql.labels import Labels, make
@@ -175,6 +177,10 @@ class ServerStats:
     longest_query: int = 0   # characters of the longest query sent
     chunk_ms: int = 0
 
+    def answered(self, points: int) -> None:
+        self.queries += 1
+        self.points += points
+
 
 def run_on_server(groups: Sequence[Group], url: str, times: np.ndarray, step_ms: int, chunk_ms: int = 6 * 3600_000,
                   session=None, timeout_s: float = 300.0, stats: Optional[ServerStats] = None) -> Run:
@@ -197,8 +203,7 @@ def run_on_server(groups: Sequence[Group], url: str, times: np.ndarray, step_ms:
         stats.longest_query = max(stats.longest_query, len(query))
         for a in range(0, n, per_chunk):
             b = min(n, a + per_chunk)
-            result = query_range(sess, url, query, int(times[a]), int(times[b - 1]), step_ms, timeout_s)
-            stats.queries += 1
+            result = query_range_split(sess, url, query, times[a:b], step_ms, timeout_s, stats.answered)
             for item in result:
                 metric = dict(item.get("metric") or {})
                 metric.pop("__name__", None)
@@ -211,7 +216,6 @@ def run_on_server(groups: Sequence[Group], url: str, times: np.ndarray, step_ms:
                 if tr is None:
                     tr = tracks[(i, ls)] = AlertTrack(rule, g.name, ls, np.zeros(n, bool))
                 idx = [(round(float(p[0]) * 1000) - t0) // step_ms for p in item.get("values") or []]
-                stats.points += len(idx)
                 tr.active[np.array([k for k in idx if 0 <= k < n], dtype=np.int64)] = True
     for tr in tracks.values():
         tr.states = alert_states.evaluate(times, tr.active, tr.rule.for_ms, tr.rule.keep_firing_for_ms)
@@ -235,7 +239,7 @@ def plot_on_server(groups: Sequence[Group], exprs: Sequence[Expr], url: str, tim
         query = inl.text(e)
         for a in range(0, n, per_chunk):
             b = min(n, a + per_chunk)
-            for item in query_range(sess, url, query, int(times[a]), int(times[b - 1]), step_ms, timeout_s):
+            for item in query_range_split(sess, url, query, times[a:b], step_ms, timeout_s):
                 ls = make(item.get("metric") or {})
                 row = rows.setdefault(ls, np.full(n, np.nan))
                 for p in item.get("values") or []:
@@ -308,9 +312,8 @@ class RuleServer:
             return None
         query = str(rule.expr)
         self.stats.longest_query = max(self.stats.longest_query, len(query))
-        result = query_range(self.session, self.url, query, int(block[0]), int(block[-1]), self.step_ms, self.timeout_s)
-        self.stats.queries += 1
-        self.stats.points += sum(len(item.get("values") or []) for item in result)
+        result = query_range_split(self.session, self.url, query, block, self.step_ms, self.timeout_s,
+                                   self.stats.answered)
         return answer_vec(result, block, self.step_ms)
 
     def instant(self, expr: str, at_ms: int) -> Vec:
