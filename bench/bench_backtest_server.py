@@ -147,12 +147,15 @@ def _finish(proc, path: Path) -> None:
         raise SystemExit(f"promtool on {path.name}: {err.decode(errors='replace')[-2000:]}")
 
 
-def run_path(url: str, engine: str, start_s: int, end_s: int, step_s: int, out_json: Path, limit_s: float) -> dict:
+def run_path(url: str, engine: str, start_s: int, end_s: int, step_s: int, out_json: Path, limit_s: float,
+             server_chunk: str = "6h") -> dict:
     """One backtest process; its wall time and peak RSS. Past ``limit_s`` it is stopped and the
     figures are lower bounds (``done`` False): the peak is polled from /proc while it runs."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-c", CHILD, "--prometheus-url", url, "--engine", engine, "--start", str(start_s),
             "--end", str(end_s), "--step", f"{step_s}s", "--json", str(out_json)]
+    if engine == "server":
+        argv += ["--server-chunk", server_chunk]
     errf = out_json.with_suffix(".err")
     t0 = time.perf_counter()
     with errf.open("w") as err:
@@ -213,6 +216,7 @@ def main() -> None:
     ap.add_argument("--step", type=int, default=60, help="evaluation interval (s)")
     ap.add_argument("--server", choices=("prometheus", "victoria"), default="prometheus")
     ap.add_argument("--limit", type=float, default=300, help="stop a path after this many seconds (s)")
+    ap.add_argument("--server-chunk", default="6h", help="--engine server: the range of one query (default 6h)")
     ap.add_argument("--tsdb", metavar="DIR", help="--server prometheus: keep the backfilled TSDB here, and reuse it "
                     "when it holds this fleet already (bench_capacity_server.py reads it too)")
     ap.add_argument("--write", metavar="FILE", help="replace this script's section of FILE with the results")
@@ -287,7 +291,8 @@ def main() -> None:
                 f"{args.hours:g}h; generated and written in {gen:.0f}s, backfilled into {args.server} in {load:.0f}s")
             res = {}
             for engine in ("server", "local"):
-                res[engine] = run_path(url, engine, start, last, args.step, tmp / f"{engine}.json", args.limit)
+                res[engine] = run_path(url, engine, start, last, args.step, tmp / f"{engine}.json", args.limit,
+                                       args.server_chunk)
                 r = res[engine]
                 if r["done"]:
                     say(f"--engine {engine}: {r['wall']:.1f}s wall, peak RSS {r['rss_mib']:.0f} MiB ({r['log']})")

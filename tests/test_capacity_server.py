@@ -7,8 +7,11 @@ with requests waiting (so the prefill weight is fitted from saturated steps and 
 load mixes), the other with speculative decoding and the sidecar's GPU series (utilization,
 energy): every figure of the report, from the rules over raw series to the headroom rules at
 the end. The server path is also run with a query chunk that does not divide the range (each
-rule's answer pieced together from seven-minute queries), and chosen by ``--engine auto`` for a
-range over six hours.
+rule's answer pieced together from seven-minute queries), chosen by ``--engine auto`` for a
+range over six hours, and against a Prometheus whose ``--query.max-samples`` refuses the whole
+range (the queries halved until they fit; one line with the server's reason when nothing fits).
+The one reader of the API's answers (``promapi``) is checked on the same server: a wrong result
+type, a parse error, a page that is no API answer, no server at all.
 """
 
 from __future__ import annotations
@@ -145,3 +148,29 @@ def test_the_rule_server_sends_only_rules_over_raw_series():
     assert sent == ["a:x:rate5m", "a:y:sum"]
     assert rs.block_steps == 7
     assert issubclass(ServerError, SourceError)  # one hierarchy: every caller of a source catches both
+
+
+@pytest.mark.prometheus
+def test_the_one_api_reader_on_a_real_prometheus(served):
+    import requests
+
+    from exporter.analysis.promapi import query, query_range_split
+
+    url, _, _ = served
+    sess = requests.Session()
+    at = (START_S + 600) * 1000
+    assert query(sess, url, "1 + 1", at, 30)[1] == "2"  # a scalar answer, as the server gave it
+    with pytest.raises(ServerError, match=r"returned 'scalar', expected a vector"):
+        query(sess, url, "1 + 1", at, 30, expect="vector")
+    with pytest.raises(ServerError, match=r"failed: bad_data .*parse error") as bad:
+        query(sess, url, "sum(", at, 30)
+    assert not bad.value.too_big and url in str(bad.value)
+    with pytest.raises(ServerError, match=r"HTTP 404, not a Prometheus API answer"):
+        query(sess, url + "/nowhere", "up", at, 30)
+    with pytest.raises(SourceError, match=r"ConnectionError"):  # every caller of a source catches it
+        query(sess, "http://127.0.0.1:9", "up", at, 5)
+    # a refusal that is not about size is not retried in halves
+    told = []
+    with pytest.raises(ServerError, match="bad_data"):
+        query_range_split(sess, url, "sum(", [at, at + 60_000, at + 120_000], 60_000, 30, told.append)
+    assert told == []
