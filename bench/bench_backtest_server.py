@@ -11,7 +11,7 @@ of the series the rules read written as one OpenMetrics file, turned into one bl
 tsdb create-blocks-from openmetrics`` (niced, while the next chunk is written) in the same TSDB
 directory, then deleted; Prometheus is started over the blocks (tests/promtsdb.py). One file of a
 day's fleet (7 GB) did not convert within 10 minutes here; 2-hour files of 0.57 GB each took
-about 30 s apiece (promtool appears to pass over its whole input once per 2-hour block it writes).
+about 40 s apiece (promtool appears to pass over its whole input once per 2-hour block it writes).
 ``--tsdb DIR`` keeps the TSDB for another run (bench_capacity_server.py reads the same one). Each path then runs as its own
 ``vllm-sidecar-exporter backtest`` process over the whole range; its wall time and peak RSS (the
 process's VmHWM) are measured, and the two reports must list the same alert episodes
