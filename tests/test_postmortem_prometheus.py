@@ -103,13 +103,17 @@ def test_the_prometheus_column_is_what_prometheus_had(tmp_path):
         sidecar.close()
         vllm.stop()
 
-    # a Prometheus that holds the record but evaluates no rule: the pack is evaluated over its data
+    # a Prometheus that holds the record but evaluates no rule: the pack is evaluated over its data,
+    # every 5 s here (the SLO's evaluation_interval: at 1 s the server's subqueries cost minutes on 2 cores)
+    slo5 = tmp_path / "slo5.yaml"
+    slo5.write_text(slo.read_text().replace("evaluation_interval: 1s", "evaluation_interval: 5s"))
     plain = tmp_path / "record.om"
     plain.write_bytes(gzip.decompress(record.read_bytes()))
     (tmp_path / "backfilled").mkdir()
     with prometheus_over(plain, tmp_path / "backfilled") as url:
-        md2 = _postmortem(["--file", str(record), "--prometheus-url", url, "--slo", str(slo)], tmp_path / "report2")
+        md2 = _postmortem(["--file", str(record), "--prometheus-url", url, "--slo", str(slo5)], tmp_path / "report2")
     assert "first firing, Prometheus (the pack over its data)" in md2
     assert "evaluates none of the pack's alerts" in md2 and "backtest --engine server" in md2
+    assert "every 5 s" in md2
     cells = _row(md2, ALERT)
     assert re.match(r"\d\d:\d\d:\d\d", cells[4]), cells

@@ -37,7 +37,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_real_vllm import MODEL, Load, tiny_model, vllm_python
+from realvllm import MODEL, Load, tiny_model, vllm_python
 
 from exporter.cli import main
 from exporter.harness.localstack import Process, SidecarThread, Stack, free_port, wait_until
