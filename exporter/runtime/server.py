@@ -56,7 +56,8 @@ The design, chosen for being simple and hard to starve:
   the SSL context of the web configuration in force at that moment, so certificates rotated in a
   Kubernetes Secret are picked up by the next connection without a restart.
 
-Threads: the loop, two workers and the bcrypt thread, whatever the load.
+Threads: the loop, two workers and the bcrypt thread, whatever the load (and, with a flight recorder,
+its service's threads, each waiting on an encoder child process while a /debug/flight download runs).
 """
 
 from __future__ import annotations
