@@ -208,6 +208,7 @@ def test_beyond_max_encoders_503_with_retry_after_then_served_again(service):
     r = requests.get(url + "/debug/flight", timeout=60)
     assert r.status_code == 503 and r.headers["Retry-After"] == "2"
     assert requests.get(url + "/metrics", timeout=30).status_code == 200  # scrapes are not held
+    assert requests.get(url + "/debug/flight/events", timeout=60).json()["recorder"]["polls"] == 30  # nor the events
     s.close()
     _wait(lambda: not _alive(pid) and flight.busy == 0, "the encoder to be killed")
     flight.argv = real

@@ -589,14 +589,15 @@ class FlightService:
     child process (``flight_encode``: decode, OpenMetrics text, gzip) whose answer comes back
     over a pipe: the sidecar's interpreter only copies bytes, so the threads answering /metrics
     keep the GIL (measured: docs/performance.md, "A scrape during /debug/flight downloads").
-    At most ``max_encoders`` downloads at once; another gets 503 with ``Retry-After``. A child is
+    At most ``max_encoders`` downloads at once (default one: one core at most); another gets 503
+    with ``Retry-After``; ``/debug/flight/events`` has a thread of its own, never behind a download. A child is
     killed when its client goes away, when it runs past ``timeout`` seconds, and on ``close``;
     each is waited for, so none is left behind (and one whose sidecar dies is killed by Linux:
     ``PR_SET_PDEATHSIG``). ``argv`` is the child's command line (tests put a slow one there)."""
 
     OM_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
-    def __init__(self, recorder: Recorder, lock, labels: Labels = (), max_encoders: int = 2,
+    def __init__(self, recorder: Recorder, lock, labels: Labels = (), max_encoders: int = 1,
                  timeout: float = 600.0, chunk_chars: int = 1 << 16) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -608,6 +609,7 @@ class FlightService:
         self.chunk_chars = chunk_chars
         self.argv = child_argv()
         self._pool = ThreadPoolExecutor(self.max_encoders, thread_name_prefix="flight")
+        self._small = ThreadPoolExecutor(1, thread_name_prefix="flight-events")  # the events, 404s: never behind a download
         self._jobs: set = set()
         self._closed = False
         self.busy = 0
@@ -622,8 +624,13 @@ class FlightService:
         for j in list(self._jobs):
             j.kill()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._small.shutdown(wait=True, cancel_futures=True)
 
     async def handle(self, loop, target: str, gz: bool) -> Tuple[int, bytes, str, Tuple[Tuple[str, str], ...]]:
+        from urllib.parse import urlsplit
+
+        if urlsplit(target).path.rstrip("/") != "/debug/flight":  # the events (small JSON): never refused
+            return await loop.run_in_executor(self._small, self.respond, target, gz)
         if self.busy >= self.max_encoders:
             return 503, b"flight records are being encoded, retry\n", "text/plain; charset=utf-8", (("Retry-After", "2"),)
         self.busy += 1
@@ -683,12 +690,13 @@ class FlightService:
         when it failed or ran past the timeout."""
         import subprocess
 
+        self._jobs.add(job)  # first: a close() from here on kills it, started or not
         with job.lock:
             if job.killed or self._closed:
+                self._jobs.discard(job)
                 raise EncoderGone("cancelled before it started")
             job.proc = proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                stderr=subprocess.PIPE, close_fds=True)
-        self._jobs.add(job)
         try:
             try:
                 out, err = proc.communicate(payload, timeout=self.timeout)

@@ -9,9 +9,10 @@ this module, stdlib only, so it starts in tens of milliseconds) the blocks as th
 compressed (``pack``: bytes, the schemas pickled once per schema), and reads the encoded answer
 back over a pipe: the parent only copies bytes.
 
-The child lowers its own priority (``nice`` 10: on a busy node the sidecar's poll and scrapes come
-first), asks Linux to kill it if its parent dies (``PR_SET_PDEATHSIG``), reads its whole request
-from stdin, writes the answer to stdout in chunks of about ``chunk_chars`` characters, and exits.
+The child lowers its own priority (``nice`` 10 and, on Linux, ``SCHED_IDLE``: on a busy node
+the sidecar's poll and scrapes come first; measured better than ``nice`` alone), asks Linux to
+kill it if its parent dies (``PR_SET_PDEATHSIG``), reads its whole request from stdin, writes the
+answer to stdout in chunks of about ``chunk_chars`` characters, and exits.
 The input is trusted (it comes from the parent over a pipe only the two hold), hence pickle.
 """
 
@@ -230,7 +231,8 @@ def child_main() -> None:
     _die_with_parent()
     try:
         os.nice(10)
-    except OSError:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # Linux: runs only when nothing else would
+    except (OSError, AttributeError):
         pass
     blocks, start, end, labels, gz, chunk_chars = unpack(sys.stdin.buffer.read())
     out = sys.stdout.buffer
