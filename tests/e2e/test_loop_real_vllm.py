@@ -79,7 +79,7 @@ class Server:
         except OSError:
             return False
 
-    # what test_real_vllm's Load calls
+    # what realvllm's Load calls
     def complete(self, prompt_len, max_tokens):
         import random
 
