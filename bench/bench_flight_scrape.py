@@ -2,7 +2,7 @@
 concurrent flight-record downloads, from the same sidecar in the same run.
 
     python bench/bench_flight_scrape.py [--minutes 30] [--rounds 4] [--seconds 15] [--downloaders 2]
-        [--pace P --chunk-chars N]   (``--pace 0 --chunk-chars 65536``: the encoder unpaced, as first written)
+        [--max-encoders N] [--encoders child,inprocess]
 
 The sidecar: the real ``Sidecar`` with its flight recorder, 2 stand-in GPUs and a real vLLM page
 (tests/fixtures/vllm/after_load.txt, counters advancing); its recorder is first filled with
@@ -14,10 +14,16 @@ The load, from child processes (their own GIL, as Prometheus and kubectl are): o
 for /metrics every 50 ms (Prometheus' Accept and Accept-Encoding headers, keep-alive) and records
 each latency; in the "downloads" rounds ``--downloaders`` processes also fetch the whole
 /debug/flight (gzip) back to back, the worst an on-call engineer and a postmortem loop can do.
-Rounds alternate quiet / downloads, so the machine's load drifts the same for both.
+Rounds alternate quiet / downloads, so the machine's load drifts the same for both; the download
+rounds take turns between the encoders of ``--encoders``: ``child`` (the ``FlightService`` as it
+is: the encoding in a child process) and ``inprocess`` (``InProcess`` below: the encoder as it was
+before, in the sidecar's interpreter, paced, one at a time), so both are measured in the same run
+against the same quiet rounds. A downloader answered 503 waits the ``Retry-After`` it was given.
 
 Reported: scrape latency p50/p95/p99/max per kind of round, the ratio downloads/quiet, the
-record's size and the download times, the polls the sidecar missed. Not a test: nothing asserts.
+record's size and the download times, the polls the sidecar missed, and what a download costs the
+sidecar's own interpreter (the snapshot and the child's request, timed once before the rounds;
+the encoding itself runs in the ``FlightService``'s child process). Not a test: nothing asserts.
 """
 
 from __future__ import annotations
@@ -62,7 +68,30 @@ def _downloader(url, seconds, out):
         r = s.get(url + "/debug/flight", headers={"Accept-Encoding": "gzip"}, timeout=600, stream=True)
         n = sum(len(c) for c in r.raw.stream(1 << 16, decode_content=False))
         got.append((time.perf_counter() - t0, n, r.status_code))
+        if r.status_code == 503:
+            time.sleep(float(r.headers.get("Retry-After", "1")))
     out.put(("download", got))
+
+
+def in_process_service():
+    """The FlightService with the encoder as it was before the child process: in this interpreter,
+    in 16 KB chunks with a pause after each as long as it took (pace 1.0), one at a time."""
+    from exporter.runtime.flight import FlightService
+    from exporter.runtime.flight_encode import encoded, unpack
+
+    class InProcess(FlightService):
+        def _run(self, job, payload):
+            blocks, start, end, labels, gz, _ = unpack(payload)
+            out = []
+            t = time.perf_counter()
+            for part in encoded(blocks, start, end, labels, gz, 1 << 14):
+                out.append(part)
+                now = time.perf_counter()
+                time.sleep(now - t)
+                t = time.perf_counter()
+            return b"".join(out)
+
+    return InProcess
 
 
 def q(xs, p):
@@ -76,8 +105,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4, help="rounds of each kind (default 4)")
     ap.add_argument("--seconds", type=float, default=15.0, help="seconds per round (default 15)")
     ap.add_argument("--downloaders", type=int, default=2)
-    ap.add_argument("--pace", type=float, default=None, help="FlightService's pace (default: its own, 1.0; 0: none)")
-    ap.add_argument("--chunk-chars", type=int, default=None, help="FlightService's chunk size (default: its own)")
+    ap.add_argument("--max-encoders", type=int, default=None, help="FlightService's encoders at once (default: its own)")
+    ap.add_argument("--encoders", default="child,inprocess", help="the encoders the download rounds take turns with")
     ns = ap.parse_args()
 
     from exporter.harness import pagetransform as pt
@@ -109,9 +138,24 @@ def main() -> None:
     fill_s = time.perf_counter() - t0
     live[0] = True
     stats = rec.stats()
-    kw = {k: v for k, v in (("pace", ns.pace), ("chunk_chars", ns.chunk_chars)) if v is not None}
-    flight = FlightService(rec, sc.recorder_lock, (("namespace", "bench"), ("pod", "vllm-0")), **kw)
-    print(f"FlightService pace {flight.pace:g}, chunks of {flight.chunk_chars} characters")
+    kw = {"max_encoders": ns.max_encoders} if ns.max_encoders is not None else {}
+    labels = (("namespace", "bench"), ("pod", "vllm-0"))
+    kinds = [k.strip() for k in ns.encoders.split(",") if k.strip()]
+    services = {"child": FlightService(rec, sc.recorder_lock, labels, **kw),
+                "inprocess": in_process_service()(rec, sc.recorder_lock, labels, max_encoders=1)}
+    services = {k: services[k] for k in kinds}
+    flight = services[kinds[0]]
+    from exporter.runtime.flight_encode import pack
+
+    t1 = time.perf_counter()
+    with sc.recorder_lock:
+        blocks, _ = rec.snapshot()
+    payload = pack([(b.schema.packed, b.times.tobytes(), b.data) for b in blocks], -1e300, 1e300, flight.labels, True)
+    parent_ms = (time.perf_counter() - t1) * 1000
+    if "child" in services:
+        print(f"FlightService: {services['child'].max_encoders} encoder(s) at once, in child processes; the sidecar's "
+              f"own share of a download: {parent_ms:.1f} ms (snapshot, the child's request of "
+              f"{len(payload) / 2**20:.2f} MiB)")
     srv = SidecarServer("127.0.0.1", 0, lambda: sc.published, lambda: True, flight=flight)
     srv.start()
     url = f"http://127.0.0.1:{srv.address[1]}"
@@ -130,50 +174,63 @@ def main() -> None:
     th = threading.Thread(target=poller, daemon=True)
     th.start()
     ctx = mp.get_context("spawn")
-    res = {"quiet": [], "downloads": []}
-    downloads = []
+    res = {"quiet": [], **{k: [] for k in kinds}}
+    downloads = {k: [] for k in kinds}
+    cpu = {k: [0.0, 0.0] for k in res}  # this process' CPU seconds (the sidecar, its listener), wall seconds
     try:
-        for r in range(ns.rounds * 2):
-            kind = "quiet" if r % 2 == 0 else "downloads"
+        for r in range(ns.rounds * len(kinds) * 2):
+            kind = "quiet" if r % 2 == 0 else kinds[(r // 2) % len(kinds)]
+            if kind != "quiet":
+                srv.flight = services[kind]
             out = ctx.Queue()
             procs = [ctx.Process(target=_scraper, args=(url, ns.seconds, out))]
-            if kind == "downloads":
+            if kind != "quiet":
                 procs += [ctx.Process(target=_downloader, args=(url, ns.seconds, out)) for _ in range(ns.downloaders)]
+            c0, w0 = time.process_time(), time.monotonic()
             for p in procs:
                 p.start()
             for _ in procs:
                 what, data = out.get(timeout=ns.seconds + 900)
-                (res[kind] if what == "scrape" else downloads).extend(data)
+                (res[kind] if what == "scrape" else downloads[kind]).extend(data)
             for p in procs:
                 p.join(60)
+            cpu[kind][0] += time.process_time() - c0
+            cpu[kind][1] += time.monotonic() - w0
             print(f"round {r + 1}: {kind}: {len(res[kind])} scrapes so far", file=sys.stderr)
     finally:
         stop.set()
         th.join(5)
         srv.stop()
-        flight.close()
+        for f in services.values():
+            f.close()
 
     def row(kind):
         xs = res[kind]
         return (f"| {kind} | {len(xs)} | {q(xs, 0.5) * 1000:.1f} | {q(xs, 0.95) * 1000:.1f} | "
                 f"{q(xs, 0.99) * 1000:.1f} | {max(xs) * 1000:.1f} |")
 
-    ok = [d for d in downloads if d[2] == 200]
-    busy = [d for d in downloads if d[2] == 503]
     print(f"record: {stats['polls']} polls ({ns.minutes:g} min at 1 s), {stats['bytes'] / 2**20:.2f} MiB held, "
           f"filled in {fill_s:.0f} s")
-    print(f"downloads: {len(ok)} of the whole record, gzip {statistics.median([d[1] for d in ok]) / 2**20:.1f} MiB each, "
-          f"{statistics.median([d[0] for d in ok]):.1f} s median (max {max(d[0] for d in ok):.1f} s); "
-          f"{len(busy)} answered 503 (one encoding at a time, one waiting)" if ok else "downloads: none finished")
+    for k in kinds:
+        ok = [d for d in downloads[k] if d[2] == 200]
+        busy = [d for d in downloads[k] if d[2] == 503]
+        print(f"{k}: {len(ok)} downloads of the whole record, gzip {statistics.median([d[1] for d in ok]) / 2**20:.1f} "
+              f"MiB each, {statistics.median([d[0] for d in ok]):.1f} s median (max {max(d[0] for d in ok):.1f} s); "
+              f"{len(busy)} answered 503 ({services[k].max_encoders} at once)" if ok else f"{k}: no download finished")
     print(f"polls during the rounds: {missed[0]}, late by more than 0.5 s: {missed[1]}")
+    print("the sidecar process' own CPU (its interpreter: polls, listener, encoder when in-process; not the "
+          "encoder children): " + ", ".join(f"{k} {c / w * 100:.0f} % of a core" for k, (c, w) in cpu.items() if w))
     print()
     print("| rounds | scrapes | p50 ms | p95 ms | p99 ms | max ms |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     print(row("quiet"))
-    print(row("downloads"))
-    a, b = res["quiet"], res["downloads"]
-    print(f"\nratio downloads/quiet: p50 {q(b, .5) / q(a, .5):.2f}, p95 {q(b, .95) / q(a, .95):.2f}, "
-          f"p99 {q(b, .99) / q(a, .99):.2f}")
+    for k in kinds:
+        print(row(k))
+    a = res["quiet"]
+    for k in kinds:
+        b = res[k]
+        print(f"\nratio {k} downloads/quiet: p50 {q(b, .5) / q(a, .5):.2f}, p95 {q(b, .95) / q(a, .95):.2f}, "
+              f"p99 {q(b, .99) / q(a, .99):.2f}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,16 @@
 """The postmortem of an incident from sidecars' flight records: the order of first events as the
-sidecar saw them, the alerts the pack fires at poll resolution and at Prometheus' resolution
-(the record resampled as a 15 s scrape would have stored it), a timeline and the runbook steps
-of what fired. Nothing here prints or fetches: ``exporter.cli.postmortem`` does.
+sidecar saw them, the alerts the pack fires at poll resolution beside the alerts at Prometheus'
+resolution, a timeline and the runbook steps of what fired. Nothing here prints or fetches:
+``exporter.cli.postmortem`` does.
+
+The second alert column (``Coarse``) is one of, by what the command was given:
+
+- ``alerts``: what Prometheus itself had, its ``ALERTS{alertstate="firing"}`` samples over the
+  record's window (``fired_from_alerts``), for the pack's alerts it evaluates;
+- ``server``: for the pack's alerts it does not evaluate, the pack evaluated by that Prometheus
+  over what it stored (``backtest --engine server``);
+- ``resample``: without a Prometheus, the record resampled as a scrape every N s would have stored
+  it (``resample``), and the pack evaluated over that: a stand-in, said so in the report.
 
 Records from several pods merge: each carries its pod's labels (``namespace``, ``pod``).
 
@@ -60,6 +69,29 @@ class AlertRow:
 
 
 @dataclass
+class Fired:
+    """One alert series that fired: its name, the labels that tell it apart (the rule's own and
+    ``alertstate`` left out), its severity, its first firing evaluation, how long it fired."""
+
+    alertname: str
+    labels: Dict[str, str]
+    severity: str
+    first_ms: int
+    firing_ms: int
+
+
+@dataclass
+class Coarse:
+    """Where the second alert column comes from: ``kind`` (alerts, server, resample, or a mix:
+    ``alerts+server``), its header, and what the report says of it."""
+
+    kind: str
+    header: str
+    note: str
+    fired: List[Fired] = field(default_factory=list)
+
+
+@dataclass
 class Postmortem:
     pods: List[str]
     start_ms: int
@@ -71,6 +103,7 @@ class Postmortem:
     alerts: List[AlertRow]
     runbooks: Dict[str, List[str]] = field(default_factory=dict)
     notes: List[str] = field(default_factory=list)
+    coarse: Optional[Coarse] = None
 
 
 def merge_records(records: Sequence[Tuple[str, bytes]]) -> Store:
@@ -217,36 +250,72 @@ def runbook_steps(alertname: str) -> List[str]:
     return [ln[2:].strip() for ln in m.group(1).splitlines() if ln.startswith("- ")]
 
 
-def _alert_rows(sidecar_summary, prom_summary) -> List[AlertRow]:
-    rows: Dict[Tuple[str, str], AlertRow] = {}
+def fired_from_summary(summary, names: Optional[set] = None) -> List[Fired]:
+    """The alerts of a backtest's summary that fired (only ``names`` when given)."""
+    out = []
+    for a in summary.alerts:
+        if a.episodes and (names is None or a.alertname in names):
+            out.append(Fired(a.alertname, dict(a.identity), a.severity, a.episodes[0].start_ms, a.firing_ms))
+    return out
 
-    def ident(a) -> str:
-        return ", ".join(f"{k}={v}" for k, v in sorted(a.identity.items()))
 
-    for which, summ in (("sidecar", sidecar_summary), ("prometheus", prom_summary)):
-        for a in summ.alerts:
-            if not a.episodes:
+def fired_from_alerts(result: Sequence[dict], own: Dict[str, set], names: Optional[set] = None) -> List[Fired]:
+    """Prometheus' ``ALERTS{alertstate="firing"}[range]`` (an instant query's matrix: the samples its
+    rule evaluations wrote) -> what fired: the first sample, and samples x their median spacing
+    (one evaluation interval) as the time firing. ``own``: alertname -> the rule's static labels
+    (left out of the identity, as the backtest's summary does); ``names``: only these alerts."""
+    out = []
+    for item in result:
+        m = dict(item.get("metric") or {})
+        name = m.get("alertname", "")
+        if names is not None and name not in names:
+            continue
+        ts = sorted(float(p[0]) for p in item.get("values") or [])
+        if not ts:
+            continue
+        gap = float(np.median(np.diff(ts))) if len(ts) > 1 else 0.0
+        severity = m.get("severity", "")
+        skip = {"__name__", "alertname", "alertstate"} | own.get(name, set())
+        labels = {k: v for k, v in m.items() if k not in skip}
+        out.append(Fired(name, labels, severity, int(round(ts[0] * 1000)), int(round(len(ts) * gap * 1000))))
+    return out
+
+
+def _ident(labels: Dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def _alert_rows(sidecar: Sequence[Fired], coarse: Sequence[Fired]) -> List[AlertRow]:
+    """One row per alert series: the sidecar's, and the coarse one it matches (same alert, one's
+    labels a subset of the other's: Prometheus adds its own, job and instance, to what the record
+    holds); a coarse one that matches none is a row of its own."""
+    rows: List[Tuple[Dict[str, str], AlertRow]] = []
+    for f in sidecar:
+        rows.append((f.labels, AlertRow(f.alertname, _ident(f.labels), f.severity, f.first_ms, None, f.firing_ms)))
+    for f in coarse:
+        hit = None
+        for labels, row in rows:
+            if row.alertname != f.alertname or row.first_prometheus_ms is not None:
                 continue
-            key = (a.alertname, ident(a))
-            row = rows.get(key)
-            if row is None:
-                row = rows[key] = AlertRow(a.alertname, key[1], a.severity, None, None)
-            first = a.episodes[0].start_ms
-            if which == "sidecar":
-                row.first_sidecar_ms, row.firing_sidecar_ms = first, a.firing_ms
-            else:
-                row.first_prometheus_ms, row.firing_prometheus_ms = first, a.firing_ms
-    return sorted(rows.values(), key=lambda r: (min(x for x in (r.first_sidecar_ms, r.first_prometheus_ms)
-                                                     if x is not None), r.alertname, r.identity))
+            a, b = set(labels.items()), set(f.labels.items())
+            if a <= b or b <= a:
+                hit = row
+                break
+        if hit is None:
+            hit = AlertRow(f.alertname, _ident(f.labels), f.severity, None, None)
+            rows.append((f.labels, hit))
+        hit.first_prometheus_ms, hit.firing_prometheus_ms = f.first_ms, f.firing_ms
+    return sorted((r for _, r in rows), key=lambda r: (min(x for x in (r.first_sidecar_ms, r.first_prometheus_ms)
+                                                           if x is not None), r.alertname, r.identity))
 
 
-def build(store: Store, sidecar_result, prometheus_result, slo: dict) -> Postmortem:
+def build(store: Store, sidecar_result, coarse: Coarse, slo: dict) -> Postmortem:
     first, last = store.time_range()
     pods = sorted({_pod(s.labels) for s in store})
-    rows = _alert_rows(sidecar_result.summary, prometheus_result.summary)
+    rows = _alert_rows(fired_from_summary(sidecar_result.summary), coarse.fired)
     books = {r.alertname: runbook_steps(r.alertname) for r in rows}
     return Postmortem(pods, int(first or 0), int(last or 0), poll_interval_ms(store),
-                      sum(len(s) for s in store), len(store), first_events(store, slo), rows, books)
+                      sum(len(s) for s in store), len(store), first_events(store, slo), rows, books, coarse=coarse)
 
 
 def _when(ms: Optional[int], t0: int) -> str:
@@ -255,7 +324,7 @@ def _when(ms: Optional[int], t0: int) -> str:
     import datetime as dt
 
     stamp = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%H:%M:%S")
-    return f"{stamp} (+{(ms - t0) / 1000:.0f} s)"
+    return f"{stamp} ({(ms - t0) / 1000:+.0f} s)"
 
 
 def markdown(pm: Postmortem, png: Optional[str], sources: Sequence[str], context: Sequence[str] = ()) -> str:
@@ -275,12 +344,14 @@ def markdown(pm: Postmortem, png: Optional[str], sources: Sequence[str], context
         out.append(f"| {_when(e.t_ms, t0)} | {e.pod} | {e.what} | {e.value:.4g} | {e.detail} |")
     if not pm.first_events:
         out.append("| | | nothing out of the ordinary in the record | | |")
+    coarse = pm.coarse or Coarse("resample", f"resampled to {PROMETHEUS_SCRAPE_MS // 1000} s", "")
     out += ["", "## Alerts: at the sidecar's resolution and at Prometheus'", "",
-            f"The pack evaluated over the record at every poll ({pm.poll_ms / 1000:g} s), and over the same record "
-            f"resampled as a scrape every {PROMETHEUS_SCRAPE_MS // 1000} s would have stored it (evaluated at the "
-            "rule groups' interval). An alert in one column and not the other is what the resolution hides.", "",
-            "| alert | series | severity | first firing, poll resolution | first firing, 15 s scrape | "
-            "firing s (poll / 15 s) |", "| --- | --- | --- | --- | --- | ---: |"]
+            f"Poll resolution: the pack evaluated over the record at every poll ({pm.poll_ms / 1000:g} s). "
+            f"{coarse.header[0].upper() + coarse.header[1:]}: {coarse.note} An alert in one column and not the other "
+            "is what the resolution hides.", "",
+            f"| alert | series | severity | first firing, poll resolution | first firing, {coarse.header} | "
+            f"firing s (poll / {'resampled' if coarse.kind == 'resample' else 'Prometheus'}) |",
+            "| --- | --- | --- | --- | --- | ---: |"]
     for r in pm.alerts:
         out.append(f"| {r.alertname} | {r.identity} | {r.severity} | {_when(r.first_sidecar_ms, t0)} | "
                    f"{_when(r.first_prometheus_ms, t0)} | {r.firing_sidecar_ms / 1000:.0f} / "
@@ -310,4 +381,5 @@ def timeline_exprs(slo: dict) -> List[str]:
             "vllm_sidecar_generation_tokens_per_second"]
 
 
-__all__ = ["Postmortem", "build", "markdown", "merge_records", "resample", "write_openmetrics", "make"]
+__all__ = ["Coarse", "Fired", "Postmortem", "build", "fired_from_alerts", "fired_from_summary",
+            "markdown", "merge_records", "resample", "write_openmetrics", "make"]

@@ -43,16 +43,18 @@ test drives a simulated day in a second.
 from __future__ import annotations
 
 import math
+import pickle
 import re
 import sys
 import zlib
 from array import array
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .collectors.base import PREFIX
 from .collectors.gpu import _GPU_COUNTERS, _GPU_GAUGES
 from .collectors.vllm import DERIVED, POD_DERIVED, RESOLUTION
+from .flight_encode import decode_columns, openmetrics, pack, series_text  # noqa: F401 - openmetrics, series_text: re-exported
 from .gpu import THROTTLE_REASONS
 from .inputs import HISTOGRAM
 
@@ -248,23 +250,25 @@ def _shuffle(raw: bytes) -> bytes:
     return b"".join(raw[i::8] for i in range(8))
 
 
-def _unshuffle(data: bytes) -> bytes:
-    n = len(data) // 8
-    out = bytearray(len(data))
-    for i in range(8):
-        out[i::8] = data[i * n:(i + 1) * n]
-    return bytes(out)
-
-
 class Schema:
     """The series a block holds, in order; shared by every block with the same series."""
 
-    __slots__ = ("keys", "nbytes", "users")
+    __slots__ = ("keys", "nbytes", "users", "_packed")
 
     def __init__(self, keys: Tuple[Key, ...]) -> None:
         self.keys = keys
         self.nbytes = 64 + _KEY_BYTES * len(keys)
         self.users = 0
+        self._packed: Optional[bytes] = None
+
+    @property
+    def packed(self) -> bytes:
+        """The keys pickled, for the encoder child: made once per schema (not counted in the cap:
+        a few KB per schema, made only when a record is downloaded)."""
+        p = self._packed
+        if p is None:
+            p = self._packed = pickle.dumps(self.keys, protocol=pickle.HIGHEST_PROTOCOL)
+        return p
 
 
 class Block:
@@ -290,10 +294,7 @@ class Block:
 
     def columns(self) -> List[array]:
         """The values, one array per series of the schema (in its order)."""
-        raw = array("d")
-        raw.frombytes(_unshuffle(zlib.decompress(self.data)))
-        n = self.n
-        return [raw[j * n:(j + 1) * n] for j in range(len(self.schema.keys))]
+        return decode_columns(self.data, self.n, len(self.schema.keys))
 
 
 def compress_rows(rows: Sequence[Sequence[float]], width: int, level: int = 6) -> bytes:
@@ -532,88 +533,6 @@ class Recorder:
                 "polls": sum(b.n for b in self.blocks) + len(self._times)}
 
 
-# -- OpenMetrics ---------------------------------------------------------------------------
-
-def _esc(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _fmt(v: float) -> str:
-    if v != v:
-        return "NaN"
-    if v in (math.inf, -math.inf):
-        return "+Inf" if v > 0 else "-Inf"
-    return repr(v)
-
-
-def series_text(key: Key, extra: Labels) -> str:
-    name, labels = key
-    lab = dict(extra)
-    lab.update(labels)
-    if not lab:
-        return name
-    return name + "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in sorted(lab.items())) + "}"
-
-
-def openmetrics(blocks: Sequence[Block], start: float = -math.inf, end: float = math.inf,
-                labels: Labels = (), chunk_chars: int = 1 << 16) -> Iterator[str]:
-    """The record between ``start`` and ``end`` (unix seconds, both included) as OpenMetrics
-    text in chunks of about ``chunk_chars``: one family per sample name (``unknown``: the
-    record keeps samples, not types), each series' samples in time order, a timestamp on
-    every sample, ``# EOF`` last. ``labels`` are added to every series (the pod's own)."""
-    chosen = [b for b in blocks if b.t1 >= start and b.t0 <= end]
-    # series -> [(block, column index)], families in the order first seen
-    where: Dict[Key, List[Tuple[int, int]]] = {}
-    for bi, b in enumerate(chosen):
-        for j, k in enumerate(b.schema.keys):
-            lst = where.get(k)
-            if lst is None:
-                where[k] = [(bi, j)]
-            else:
-                lst.append((bi, j))
-    families: Dict[str, List[Key]] = {}
-    for k in where:
-        families.setdefault(k[0], []).append(k)
-    cols: Dict[int, List[array]] = {}
-    times: Dict[int, List[str]] = {}
-
-    def columns(bi: int) -> List[array]:
-        c = cols.get(bi)
-        if c is None:
-            c = cols[bi] = chosen[bi].columns()
-        return c
-
-    def stamps(bi: int) -> List[str]:
-        s = times.get(bi)
-        if s is None:
-            s = times[bi] = [f"{t:.3f}" for t in chosen[bi].times]
-        return s
-
-    out: List[str] = []
-    size = 0
-    for fam in sorted(families):
-        out.append(f"# TYPE {fam} unknown\n")
-        for k in sorted(families[fam], key=lambda k: k[1]):
-            text = series_text(k, labels) + " "
-            for bi, j in where[k]:
-                b = chosen[bi]
-                col = columns(bi)[j]
-                ts = stamps(bi)
-                bt = b.times
-                if b.t0 >= start and b.t1 <= end:
-                    lines = [f"{text}{_fmt(v)} {s}\n" for v, s in zip(col, ts)]
-                else:
-                    lines = [f"{text}{_fmt(v)} {s}\n" for v, s, t in zip(col, ts, bt) if start <= t <= end]
-                out.extend(lines)
-                size += len(lines) * (len(text) + 24)
-                if size >= chunk_chars:
-                    yield "".join(out)
-                    out = []
-                    size = 0
-    out.append("# EOF\n")
-    yield "".join(out)
-
-
 def memory_of(obj) -> int:  # pragma: no cover - for the benchmark's cross-check
     return sys.getsizeof(obj)
 
@@ -636,58 +555,96 @@ def parse_when(text: str, what: str) -> float:
     return d.timestamp()
 
 
+class _Job:
+    """One encoding in a child process; ``kill`` from any thread ends it (before or after it starts)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.proc = None
+        self.killed = False
+
+    def kill(self) -> None:
+        with self.lock:
+            self.killed = True
+            proc = self.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+
+
+class EncoderGone(Exception):
+    """The encoding was cancelled (the client went, or the service closed)."""
+
+
 class FlightService:
-    """``/debug/flight`` and ``/debug/flight/events`` for the listener: the record is taken under
-    the poll loop's lock (closing the open block: a few milliseconds) and encoded on this
-    service's own thread, never on the event loop nor on the workers that build ``/metrics``
-    bodies; one encoding at a time and one waiting, beyond that 503. The encoder yields in chunks
-    of about 16 KB and pauses after each (``pace``: 1.0, as long as the chunk took), so a /metrics
-    scrape waits for the interpreter at most about a chunk's time (``pace`` 0: no pause)."""
+    """``/debug/flight`` and ``/debug/flight/events`` for the listener.
+
+    The record is taken under the poll loop's lock (closing the open block: a few milliseconds)
+    on one of this service's ``max_encoders`` threads, never on the event loop nor on the workers
+    that build ``/metrics`` bodies. The blocks chosen by the range go, still compressed, to a
+    child process (``flight_encode``: decode, OpenMetrics text, gzip) whose answer comes back
+    over a pipe: the sidecar's interpreter only copies bytes, so the threads answering /metrics
+    keep the GIL (measured: docs/performance.md, "A scrape during /debug/flight downloads").
+    At most ``max_encoders`` downloads at once (default one: one core at most); another gets 503
+    with ``Retry-After``; ``/debug/flight/events`` has a thread of its own, never behind a download. A child is
+    killed when its client goes away, when it runs past ``timeout`` seconds, and on ``close``;
+    each is waited for, so none is left behind (and one whose sidecar dies is killed by Linux:
+    ``PR_SET_PDEATHSIG``). ``argv`` is the child's command line (tests put a slow one there)."""
 
     OM_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
-    def __init__(self, recorder: Recorder, lock, labels: Labels = (), pace: float = 1.0,
-                 chunk_chars: int = 1 << 14) -> None:
+    def __init__(self, recorder: Recorder, lock, labels: Labels = (), max_encoders: int = 1,
+                 timeout: float = 600.0, chunk_chars: int = 1 << 16) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.recorder = recorder
         self.lock = lock
         self.labels = labels
-        self.pace = pace
+        self.max_encoders = max(1, max_encoders)
+        self.timeout = timeout
         self.chunk_chars = chunk_chars
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="flight")
+        self.argv = child_argv()
+        self._pool = ThreadPoolExecutor(self.max_encoders, thread_name_prefix="flight")
+        self._small = ThreadPoolExecutor(1, thread_name_prefix="flight-events")  # the events, 404s: never behind a download
+        self._jobs: set = set()
+        self._closed = False
         self.busy = 0
 
+    def children(self) -> List[int]:
+        """The pids of the encoders running now."""
+        return [j.proc.pid for j in list(self._jobs) if j.proc is not None and j.proc.poll() is None]
+
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def _paced(self, chunks: Iterator[str]) -> Iterator[str]:
-        """The encoder's chunks, with a pause after each of ``pace`` times the time it took: the
-        encoding thread holds the interpreter at most ``pace / (1 + pace)`` of the time and for
-        one small chunk at once, so the threads answering /metrics get it back within about a
-        chunk's time (measured: docs/performance.md, "A scrape during /debug/flight downloads")."""
-        import time as _time
-
-        if self.pace <= 0:
-            yield from chunks
-            return
-        t = _time.perf_counter()
-        for c in chunks:
-            yield c
-            now = _time.perf_counter()
-            _time.sleep((now - t) * self.pace)
-            t = _time.perf_counter()
+        """Kill every encoder, wait for each, stop the threads."""
+        self._closed = True
+        for j in list(self._jobs):
+            j.kill()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._small.shutdown(wait=True, cancel_futures=True)
 
     async def handle(self, loop, target: str, gz: bool) -> Tuple[int, bytes, str, Tuple[Tuple[str, str], ...]]:
-        if self.busy >= 2:
-            return 503, b"a flight record is being encoded, retry\n", "text/plain; charset=utf-8", (("Retry-After", "2"),)
+        from urllib.parse import urlsplit
+
+        if urlsplit(target).path.rstrip("/") != "/debug/flight":  # the events (small JSON): never refused
+            return await loop.run_in_executor(self._small, self.respond, target, gz)
+        if self.busy >= self.max_encoders:
+            return 503, b"flight records are being encoded, retry\n", "text/plain; charset=utf-8", (("Retry-After", "2"),)
         self.busy += 1
+        job = _Job()
         try:
-            return await loop.run_in_executor(self._pool, self.respond, target, gz)
+            return await loop.run_in_executor(self._pool, self.respond, target, gz, job)
+        except BaseException:  # cancelled (the client went, the listener stops) or failed: no child stays
+            job.kill()
+            raise
         finally:
             self.busy -= 1
 
-    def respond(self, target: str, gz: bool) -> Tuple[int, bytes, str, Tuple[Tuple[str, str], ...]]:
+    def respond(self, target: str, gz: bool, job: Optional[_Job] = None
+                ) -> Tuple[int, bytes, str, Tuple[Tuple[str, str], ...]]:
         """(status, body, content type, headers) for a request target; runs on the service's thread."""
         import json
         from urllib.parse import parse_qs, urlsplit
@@ -720,10 +677,52 @@ class FlightService:
             return 400, f"{exc}\n".encode(), plain, ()
         if end < start:
             return 400, b"end is before start\n", plain, ()
-        chunks = self._paced(openmetrics(blocks, start, end, self.labels, chunk_chars=self.chunk_chars))
+        chosen = [(b.schema.packed, b.times.tobytes(), b.data) for b in blocks if b.t1 >= start and b.t0 <= end]
+        payload = pack(chosen, start, end, self.labels, gz, self.chunk_chars)
+        del chosen, blocks
+        body = self._run(job or _Job(), payload)
         if gz:
-            comp = zlib.compressobj(5, zlib.DEFLATED, 31)
-            out = [comp.compress(c.encode()) for c in chunks]
-            out.append(comp.flush())
-            return 200, b"".join(out), self.OM_TYPE, (("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding"))
-        return 200, "".join(chunks).encode(), self.OM_TYPE, (("Vary", "Accept-Encoding"),)
+            return 200, body, self.OM_TYPE, (("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding"))
+        return 200, body, self.OM_TYPE, (("Vary", "Accept-Encoding"),)
+
+    def _run(self, job: _Job, payload: bytes) -> bytes:
+        """The child's answer to ``payload``; raises EncoderGone when it was killed, RuntimeError
+        when it failed or ran past the timeout."""
+        import subprocess
+
+        self._jobs.add(job)  # first: a close() from here on kills it, started or not
+        with job.lock:
+            if job.killed or self._closed:
+                self._jobs.discard(job)
+                raise EncoderGone("cancelled before it started")
+            job.proc = proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                               stderr=subprocess.PIPE, close_fds=True)
+        try:
+            try:
+                out, err = proc.communicate(payload, timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise RuntimeError(f"the flight encoder ran past {self.timeout:g} s") from None
+            if job.killed:
+                raise EncoderGone("killed")
+            if proc.returncode != 0:
+                tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
+                raise RuntimeError(f"the flight encoder exited {proc.returncode}: {tail[0][:300]}")
+            return out
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            self._jobs.discard(job)
+
+
+def child_argv() -> List[str]:
+    """The encoder child's command: this interpreter, isolated (-I: no environment, no user site,
+    no current directory), importing this very package by its path."""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from exporter.runtime.flight_encode import child_main; child_main()")
+    return [sys.executable, "-I", "-c", code, root]

@@ -56,7 +56,8 @@ The design, chosen for being simple and hard to starve:
   the SSL context of the web configuration in force at that moment, so certificates rotated in a
   Kubernetes Secret are picked up by the next connection without a restart.
 
-Threads: the loop, two workers and the bcrypt thread, whatever the load.
+Threads: the loop, two workers and the bcrypt thread, whatever the load (and, with a flight recorder,
+its service's threads, each waiting on an encoder child process while a /debug/flight download runs).
 """
 
 from __future__ import annotations
@@ -442,6 +443,7 @@ class _Conn(asyncio.Protocol):
         self.tls: Optional[TLSSettings] = None
         self.raw: Optional[socket.socket] = None
         self.hs_task: Optional[asyncio.Task] = None
+        self.on_gone: Optional[Callable[[], None]] = None  # a long answer's cancel, called when the client goes
 
     # -- lifecycle ------------------------------------------------------------------------------
     def connection_made(self, transport) -> None:  # type: ignore[override]
@@ -490,8 +492,14 @@ class _Conn(asyncio.Protocol):
                 self._disarm()
                 self.srv._gone(self)
 
+    def _gone_now(self) -> None:
+        hook, self.on_gone = self.on_gone, None
+        if hook is not None:
+            hook()
+
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self.state = CLOSED
+        self._gone_now()
         self._disarm()
         self.srv._gone(self)
         tr = self.transport
@@ -503,6 +511,9 @@ class _Conn(asyncio.Protocol):
 
     def eof_received(self) -> Optional[bool]:
         self.eof = True
+        if self.on_gone is not None:  # a long answer (a flight record) is not made for a client that left
+            self._gone_now()
+            return False
         if self.state is BUSY and not self.srv.tls:
             return True  # a half-closed client still gets its answer
         return False  # between requests or in the middle of a head: closed quietly
@@ -537,6 +548,7 @@ class _Conn(asyncio.Protocol):
             return
         self.state = CLOSED
         self._disarm()
+        self._gone_now()
         if self.transport is not None:
             self.transport.abort()
         else:  # a TLS handshake not done yet
@@ -984,7 +996,11 @@ class SidecarServer:
             self._spawn(self._wait_for_body(conn, e, ctype, gz, head_only))
 
     async def _serve_flight(self, conn: _Conn, req: Request, head_only: bool) -> None:
-        """The flight record: encoded on the recorder's own thread, never on this loop."""
+        """The flight record: encoded by the flight service (in a child process), never on this
+        loop; a client that goes away (or half-closes) meanwhile cancels it (its child is killed)."""
+        if conn.state is not BUSY:
+            return
+        conn.on_gone = asyncio.current_task().cancel  # type: ignore[union-attr]
         try:
             gz = accepts_gzip(req.headers.get("accept-encoding", ""))
             code, body, ctype, headers = await self.flight.handle(self._loop, req.target, gz)  # type: ignore[union-attr]
@@ -994,6 +1010,8 @@ class SidecarServer:
             log.exception("serving %s failed", req.path)
             conn.reply(500, b"building the flight record failed\n", close=True)
             return
+        finally:
+            conn.on_gone = None
         conn.reply(code, body, ctype, headers, head_only=head_only)
 
     async def _wait_for_body(self, conn: _Conn, e: "_Entry", ctype: str, gz: bool, head_only: bool) -> None:

@@ -37,7 +37,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_real_vllm import MODEL, Load, tiny_model, vllm_python
+from realvllm import MODEL, Load, tiny_model, vllm_python
 
 from exporter.cli import main
 from exporter.harness.localstack import Process, SidecarThread, Stack, free_port, wait_until
@@ -79,7 +79,7 @@ class Server:
         except OSError:
             return False
 
-    # what test_real_vllm's Load calls
+    # what realvllm's Load calls
     def complete(self, prompt_len, max_tokens):
         import random
 

@@ -1,0 +1,119 @@
+"""``postmortem --prometheus-url``: the alerts at Prometheus' resolution are what Prometheus had.
+
+A real Prometheus scrapes a vLLM stand-in serving real vLLM pages and the real sidecar (its flight
+recorder on) and evaluates the pack (windows scaled to the test's seconds); the cache fills, the KV
+alert fires in Prometheus. ``postmortem --sidecar ... --prometheus-url ...`` must show, in its
+Prometheus column, the first firing sample of Prometheus' own ``ALERTS``. Then a Prometheus that
+does not evaluate the pack (the record backfilled into it, no rules): the report evaluates the
+pack over what that one stored, and says so.
+"""
+
+import datetime as dt
+import gzip
+import re
+import subprocess
+
+import pytest
+
+from conftest import page
+from exporter.harness import pagetransform as pt
+from exporter.harness.localstack import SidecarThread, Stack, wait_until
+from exporter.harness.pageserver import PageServer
+from exporter.pack import rules as rules_mod
+from exporter.slo import load_slo
+from promtsdb import prometheus_over
+
+pytestmark = pytest.mark.prometheus
+
+POD = {"namespace": "llm", "pod": "vllm-0"}
+ALERT = "VLLMKVCacheExhausted"
+
+
+class Script:
+    """The stand-in's page: the real after_pressure page, counters advancing, gauges set by the test."""
+
+    def __init__(self):
+        self.base = page("after_pressure.txt")
+        self.n = 0
+        self.kv = 0.5
+        self.capacity = 0
+
+    def __call__(self):
+        self.n += 1
+        text = pt.scale_counters(self.base, 1 + self.n * 0.02)
+        text = pt.set_values(text, {"vllm:kv_cache_usage_perc": self.kv, "vllm:num_requests_running": 12,
+                                    "vllm:num_requests_waiting": self.capacity})
+        return pt.set_values(text, {"vllm:num_requests_waiting_by_reason": self.capacity}, 'reason="capacity"')
+
+
+def _hms(ms):
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%H:%M:%S")
+
+
+def _row(md, name):
+    rows = [ln for ln in md.splitlines() if ln.startswith(f"| {name} |")]
+    assert rows, f"no {name} row in the report:\n{md}"
+    return [c.strip() for c in rows[0].strip("|").split("|")]
+
+
+def _postmortem(args, out):
+    r = subprocess.run(["vllm-sidecar-exporter", "postmortem", *args, "--out", str(out)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return (out / "report.md").read_text()
+
+
+def test_the_prometheus_column_is_what_prometheus_had(tmp_path):
+    slo = tmp_path / "slo.yaml"
+    slo.write_text(f"for: {{{ALERT}: 4s, VLLMTargetDown: 3s}}\nwindows: {{held_back: 10s}}\nevaluation_interval: 1s\n")
+    rules_file = tmp_path / "vllm.rules.yml"
+    rules_file.write_text(rules_mod.render_plain(load_slo(str(slo))))
+    script = Script()
+    vllm = PageServer(script).start()
+    sidecar = SidecarThread({"vllm_url": vllm.url, "poll_interval": 0.5, "window": 5,
+                             "flight_labels": "namespace=llm,pod=vllm-0"})
+    try:
+        with Stack(tmp_path) as st:
+            st.start_prometheus(
+                [{"job": "vllm", "address": f"127.0.0.1:{vllm.port}", "labels": POD},
+                 {"job": "vllm-sidecar", "address": sidecar.address, "labels": POD}],
+                [rules_file])
+            wait_until(st.targets_up, 60, what="both targets up", diag=st.diag)
+            wait_until(lambda: st.query('vllm_sidecar_generation_tokens_per_second{pod="vllm-0"}'), 30,
+                       what="sidecar series", diag=st.diag)
+            script.kv, script.capacity = 0.97, 3
+            wait_until(lambda: st.alert_state(ALERT) == "firing", 60, every=0.2, what="KV alert firing", diag=st.diag)
+            fired = st.query(f'ALERTS{{alertname="{ALERT}",alertstate="firing"}}[10m]')
+            assert fired
+            first_ms = round(min(float(p[0]) for s in fired for p in s["values"]) * 1000)
+
+            out = tmp_path / "report"
+            md = _postmortem(["--sidecar", f"http://{sidecar.address}", "--prometheus-url", st.prom_url,
+                              "--slo", str(slo)], out)
+            assert "first firing, Prometheus (its ALERTS)" in md
+            assert "its own ALERTS" in md and "evaluates" in md
+            cells = _row(md, ALERT)
+            # the Prometheus column: the first ALERTS sample Prometheus wrote, to the second
+            assert cells[4].startswith(_hms(first_ms)), (cells, _hms(first_ms), md)
+            assert cells[3] != "—"  # and the sidecar's record saw it too, at poll resolution
+            assert "pod=vllm-0" in cells[1]
+            assert "resampled" not in md
+            record = out / "record.om.gz"
+    finally:
+        sidecar.close()
+        vllm.stop()
+
+    # a Prometheus that holds the record but evaluates no rule: the pack is evaluated over its data,
+    # every 5 s here (the SLO's evaluation_interval: at 1 s the server's subqueries cost minutes on 2 cores)
+    slo5 = tmp_path / "slo5.yaml"
+    slo5.write_text(slo.read_text().replace("evaluation_interval: 1s", "evaluation_interval: 5s"))
+    plain = tmp_path / "record.om"
+    plain.write_bytes(gzip.decompress(record.read_bytes()))
+    (tmp_path / "backfilled").mkdir()
+    with prometheus_over(plain, tmp_path / "backfilled") as url:
+        md2 = _postmortem(["--file", str(record), "--prometheus-url", url, "--slo", str(slo5)], tmp_path / "report2")
+    assert "first firing, Prometheus (the pack over its data)" in md2
+    assert "evaluates none of the pack's alerts" in md2 and "backtest --engine server" in md2
+    assert "every 5 s" in md2
+    cells = _row(md2, ALERT)
+    assert re.match(r"\d\d:\d\d:\d\d", cells[4]), cells
