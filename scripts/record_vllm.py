@@ -216,7 +216,12 @@ SCENARIOS = {
 # its default (2 s) with the deployment's --max-num-seqs, the recorder keeps vLLM's page every
 # second, and two Prometheus servers scrape the same two targets every 15 s and every 30 s.
 MULTI = {"intervals": [15, 30], "page_every": 1.0, "evaluation_interval": 30}
-CAPACITY_FLAGS = [f if f not in ("300", "16") else {"300": "360", "16": "20"}[f] for f in PRESSURE_FLAGS]
+# An 11,520-token cache, a batch of 20, and no chunked prefill: a prompt is admitted only when all of
+# it fits, so the next long prompt waits at moderate usage. With vLLM's default chunked prefill the
+# same load preempts instead: a waiting long prompt's first chunk is admitted, its next chunks do not
+# fit (the first attempt at this recording did just that, see its PROVENANCE).
+CAPACITY_FLAGS = [f if f not in ("300", "16") else {"300": "360", "16": "20"}[f] for f in PRESSURE_FLAGS] + [
+    "--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192"]
 SCENARIOS.update({
     "fill-flood": dict(MULTI, **{
         "server": PRESSURE_FLAGS,
