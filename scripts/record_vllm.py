@@ -326,6 +326,25 @@ NOTES = {
         "fall by 40 % where prefill takes the engine. `capacity` fits the prefill weight from the best "
         "saturated step of each mix: about 0.18 output tokens per prompt token (tests/test_capacity.py).",
     ],
+    "fill-flood": [
+        "Heavier than `long-prompt-flood` (the same server and load) on a busier box: TTFT p95 over the flood 71 s "
+        "(0.24 s in `normal`), up to 142 requests waiting for capacity, 331 preemptions in 8 minutes. KV usage was "
+        "at 0.95 or above in 127 of the flood's 480 1-s pages (26 %), 11 of its 32 15-s scrapes and 6 of its 16 "
+        "30-s scrapes: a flood this heavy leaves a full cache on enough scrapes to be seen at any interval; the "
+        "requests held back for capacity are there at every scrape of either Prometheus.",
+        "The two Prometheus servers evaluated the pack at the same 30 s and fired the same alerts within the same "
+        "evaluation: the sidecar's share of polls with requests held back and vLLM's preemption counter read "
+        "the same at both intervals.",
+    ],
+    "capacity-bound-flood": [
+        "A first attempt with vLLM's default chunked prefill (otherwise this server and this load) was stopped "
+        "4.6 minutes into its flood: in its 275 pages of the flood (every 1 s) vLLM preempted 163 times, KV usage "
+        "was at 0.95 or above in 58 (peak 1.0, mean 0.63), requests waited for capacity in 274 (mean 42) and the "
+        "batch reached 20: a fill-and-preempt flood like `fill-flood`, not the kind this recording is for. With "
+        "chunked prefill a waiting long prompt's first chunk is admitted while its later chunks do not fit. This "
+        "recording turns chunked prefill off (`--no-enable-chunked-prefill --max-num-batched-tokens 8192`), so a "
+        "prompt is admitted only when all of it fits.",
+    ],
     "busy-overloaded": [
         "Recorded as the first `busy-healthy` attempt with these settings (then the only busy-healthy "
         "settings, recorder of commit a63f56a), renamed when it turned out overloaded; the same command "

@@ -325,3 +325,65 @@ def test_traces_load_as_provenance_says():
     assert all(isinstance(p, int) and isinstance(o, int) for _, p, o in conv[:100])
     window = list(load_trace(FIXTURES / "traces" / "AzureLLMInferenceTrace_conv.csv.gz", start_s=600, duration_s=60))
     assert window and all(600 <= t < 660 for t, _, _ in window)
+
+
+# ---------------------------------------------------------------------------------------------
+# recorded at real intervals (issue 17): vLLM's page every 1 s, Prometheus every 15 s and 30 s
+
+
+def page_series(name, metric, **match):
+    """[(t, value)] of one series in every page of pages.tar.xz (every 1 s), read line by line."""
+    m = meta(name)
+    want = [f'{k}="{v}"' for k, v in match.items()]
+    out = []
+    with tarfile.open(RECORDINGS / name / m["pages"]["file"]) as tar:
+        for x in tar:
+            if not x.isfile():
+                continue
+            t = float(Path(x.name).name[: -len(".prom")])
+            for line in tar.extractfile(x).read().decode().splitlines():
+                if line.startswith(metric + "{") and all(w in line for w in want):
+                    out.append((t, float(line.rsplit(" ", 1)[1])))
+                    break
+    return out
+
+
+def between(vals, a, b):
+    return [v for t, v in vals if a < t <= b]
+
+
+REAL = [n for n in NAMES if "scrape_intervals_s" in meta(n)]
+
+
+def test_recordings_at_real_intervals_present():
+    assert {"fill-flood", "capacity-bound-flood", "steady-busy"} <= set(REAL), REAL
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_the_1s_pages_hold_what_the_stated_page_facts_say(name):
+    m = meta(name)
+    kv = page_series(name, "vllm:kv_cache_usage_perc")
+    cap = page_series(name, "vllm:num_requests_waiting_by_reason", reason="capacity")
+    for p in m["phases"]:
+        f = m["facts"]["pages"][p["name"]]
+        assert round(max(between(kv, p["start"], p["end"])), 3) == f["kv_usage_max"]
+        c = between(cap, p["start"], p["end"])
+        assert f"{sum(1 for x in c if x > 0)}/{len(c)}" == f["capacity_waiting_scrapes"]
+
+
+def test_fill_flood_fills_the_cache_and_preempts_at_every_interval():
+    m = meta("fill-flood")
+    normal, flood = phase(m, "normal"), phase(m, "flood")
+    assert m["onset"] == flood["start"] and flood["end"] - flood["start"] >= 470
+    for iv in ("15", "30"):
+        _, data = om("fill-flood", iv)
+        assert max(gauge(data, "vllm:num_requests_waiting_by_reason", normal["start"], normal["end"], reason="capacity")) == 0
+        assert sum(increase(v, normal["start"], normal["end"]) for _, v in select(data, "vllm:num_preemptions_total")) == 0
+        cap = gauge(data, "vllm:num_requests_waiting_by_reason", flood["start"], flood["end"], reason="capacity")
+        assert sum(1 for x in cap if x > 0) >= 0.9 * len(cap), iv
+        assert sum(increase(v, flood["start"], flood["end"]) for _, v in select(data, "vllm:num_preemptions_total")) > 50
+        assert ttft_quantile(data, 0.95, flood["start"], flood["end"]) > 10 * ttft_quantile(
+            data, 0.95, normal["start"], normal["end"])
+    # the cache full between scrapes: the 1 s pages see it far more often than either Prometheus
+    kv = between(page_series("fill-flood", "vllm:kv_cache_usage_perc"), flood["start"], flood["end"])
+    assert max(kv) >= 0.95 and sum(1 for x in kv if x >= 0.95) >= 0.1 * len(kv)
