@@ -331,20 +331,31 @@ def test_traces_load_as_provenance_says():
 # recorded at real intervals (issue 17): vLLM's page every 1 s, Prometheus every 15 s and 30 s
 
 
+_PAGE_LINES = {}
+PAGE_METRICS = ("vllm:kv_cache_usage_perc{", "vllm:num_requests_waiting_by_reason{", "vllm:num_requests_running{",
+                "vllm:num_preemptions_total{")
+
+
 def page_series(name, metric, **match):
-    """[(t, value)] of one series in every page of pages.tar.xz (every 1 s), read line by line."""
-    m = meta(name)
+    """[(t, value)] of one series in every page of pages.tar.xz (every 1 s), read line by line
+    (the lines of a few gauges kept per module: one pass over the tarball)."""
+    if name not in _PAGE_LINES:
+        m = meta(name)
+        rows = []
+        with tarfile.open(RECORDINGS / name / m["pages"]["file"]) as tar:
+            for x in tar:
+                if x.isfile():
+                    text = tar.extractfile(x).read().decode()
+                    rows.append((float(Path(x.name).name[: -len(".prom")]),
+                                 [ln for ln in text.splitlines() if ln.startswith(PAGE_METRICS)]))
+        _PAGE_LINES[name] = rows
     want = [f'{k}="{v}"' for k, v in match.items()]
     out = []
-    with tarfile.open(RECORDINGS / name / m["pages"]["file"]) as tar:
-        for x in tar:
-            if not x.isfile():
-                continue
-            t = float(Path(x.name).name[: -len(".prom")])
-            for line in tar.extractfile(x).read().decode().splitlines():
-                if line.startswith(metric + "{") and all(w in line for w in want):
-                    out.append((t, float(line.rsplit(" ", 1)[1])))
-                    break
+    for t, lines in _PAGE_LINES[name]:
+        for line in lines:
+            if line.startswith(metric + "{") and all(w in line for w in want):
+                out.append((t, float(line.rsplit(" ", 1)[1])))
+                break
     return out
 
 

@@ -457,9 +457,9 @@ def recorded(name: str, step: float = 15.0, scrape: float = 0.0, **expect) -> Sc
         iv = max(base) if base else min(ivs)
         file = d / meta["prometheus"][str(iv)]["file"]
         thin_to = 0.0 if not scrape or scrape == iv else scrape
-        how = (f"through Prometheus every {iv} s" + (f", thinned to {scrape:g} s" if thin_to else "") +
-               f" (one run also scraped every {' and '.join(str(i) for i in ivs if i != iv)} s; the sidecar at its "
-               f"default poll, vLLM's page every {meta.get('page_interval_s', '?')} s)")
+        how = (f"through Prometheus servers scraping every {' s and every '.join(str(i) for i in ivs)} s in one run "
+               f"(each cell reads the server at its interval, a longer one thinned from the longest that divides it; "
+               f"the sidecar at its default poll, vLLM's page kept every {meta.get('page_interval_s', '?'):g} s)")
     else:
         file, thin_to = d / "prometheus.om.gz", scrape
         how = f"through Prometheus every {meta.get('scrape_interval_s', '?')} s"
