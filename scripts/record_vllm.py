@@ -257,8 +257,8 @@ SCENARIOS.update({
             "(4 closed-loop workers sending 6,000-7,000-token prompts; only the server differs): one fits, "
             "the next does not fit in what is left, so "
             "requests are held back for capacity at moderate KV usage while far fewer than 20 sequences "
-            "run (vLLM's FCFS scheduler keeps the chat requests behind the long prompt that waits); few or no "
-            "preemptions. `recovery` (3 min): the chat traffic alone. The sidecar is told `--max-num-seqs 20` "
+            "run; few or no preemptions were hoped for (see the notes for what this box gave). `recovery` "
+            "(3 min): the chat traffic alone. The sidecar is told `--max-num-seqs 20` "
             "as a real deployment would be; the pack must warn and page on it at 15 s and 30 s scrapes."),
     }),
     "steady-busy": dict(MULTI, **{
@@ -344,6 +344,18 @@ NOTES = {
         "chunked prefill a waiting long prompt's first chunk is admitted while its later chunks do not fit. This "
         "recording turns chunked prefill off (`--no-enable-chunked-prefill --max-num-batched-tokens 8192`), so a "
         "prompt is admitted only when all of it fits.",
+        "It did not give the clean capacity-bound shape either: on this box the flood is a mix. In 338 of the "
+        "flood's 480 1-s pages requests were held back for capacity with KV usage under 0.9 and fewer than 18 of "
+        "the 20 sequences running (median usage 0.60, median batch 8; in 101 pages nothing ran at all while a "
+        "6,000-7,000-token prefill step was under way), the kind this recording is for; but the chat requests "
+        "admitted beside a long prompt filled the rest of the cache as they decoded, so vLLM also preempted "
+        "(236 times in 8 minutes) and usage touched 1.0 (at 0.95 or above in 108 pages, 7 of 32 15-s scrapes, "
+        "3 of 16 30-s scrapes). The sidecar (told `--max-num-seqs 20`) named the cause `kv_batch` (held back with "
+        "the batch below its ceiling) in 21 of the 32 15-s scrapes and 13 of the 16 30-s scrapes, `kv_usage` in "
+        "the others, `batch_full` never.",
+        "Heavier than the issue's capacity-bound flood (8-11 held back, 4 of 20 running): up to 121 requests waited "
+        "and TTFT p95 over the flood was 53 s (0.23 s in `normal`); the backlog took all of `recovery` to drain "
+        "(requests held back in 104 of its 180 pages).",
     ],
     "busy-overloaded": [
         "Recorded as the first `busy-healthy` attempt with these settings (then the only busy-healthy "

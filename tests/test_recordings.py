@@ -398,3 +398,29 @@ def test_fill_flood_fills_the_cache_and_preempts_at_every_interval():
     # the cache full between scrapes: the 1 s pages see it far more often than either Prometheus
     kv = between(page_series("fill-flood", "vllm:kv_cache_usage_perc"), flood["start"], flood["end"])
     assert max(kv) >= 0.95 and sum(1 for x in kv if x >= 0.95) >= 0.1 * len(kv)
+
+
+def test_capacity_bound_flood_holds_requests_back_below_the_batch_ceiling():
+    """Requests held back for capacity at every scrape of the flood while, in most 1 s pages, the
+    cache reads under the warn level and the batch runs well below its ceiling of 20; the sidecar
+    (told --max-num-seqs 20) says `kv_batch` in most scrapes at both intervals. The flood also
+    preempted on this box (its PROVENANCE says why)."""
+    name = "capacity-bound-flood"
+    m = meta(name)
+    assert "--max-num-seqs 20" in m["server_command"] and m["sidecar_args"][-2:] == ["--max-num-seqs", "20"]
+    normal, flood = phase(m, "normal"), phase(m, "flood")
+    kv = dict(page_series(name, "vllm:kv_cache_usage_perc"))
+    run = dict(page_series(name, "vllm:num_requests_running"))
+    cap = dict(page_series(name, "vllm:num_requests_waiting_by_reason", reason="capacity"))
+    ts = [t for t in kv if flood["start"] < t <= flood["end"]]
+    moderate = [t for t in ts if cap[t] > 0 and kv[t] < 0.9 and run[t] < 18]
+    assert len(moderate) > 0.5 * len(ts), (len(moderate), len(ts))
+    assert max(cap[t] for t in kv if normal["start"] < t <= normal["end"]) == 0
+    for iv in ("15", "30"):
+        _, data = om(name, iv)
+        held = gauge(data, "vllm:num_requests_waiting_by_reason", flood["start"], flood["end"], reason="capacity")
+        assert all(x > 0 for x in held), iv
+        kv_batch = gauge(data, "vllm_sidecar_capacity_wait_cause", flood["start"], flood["end"], cause="kv_batch")
+        assert sum(1 for x in kv_batch if x > 0) > 0.5 * len(held), iv
+        assert not [x for x in gauge(data, "vllm_sidecar_capacity_wait_cause", flood["start"], flood["end"],
+                                     cause="batch_full") if x > 0]
