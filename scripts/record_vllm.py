@@ -273,7 +273,7 @@ SCENARIOS.update({
         ],
         "onset_phase": None,
         "expect": (
-            "`busy-healthy`'s load (10 min instead of 15) at real intervals: chat traffic at 3 req/s, "
+            "`busy-healthy`'s load at real intervals (shorter: see the phases): chat traffic at 3 req/s, "
             "document prompts (1,000-2,000 tokens) at 0.2 req/s, a 4,000-5,000-token prompt about every "
             "90 s. The server keeps up; the pack must not warn or page at 15 s or 30 s scrapes."),
     }),
@@ -356,6 +356,10 @@ NOTES = {
         "Heavier than the issue's capacity-bound flood (8-11 held back, 4 of 20 running): up to 121 requests waited "
         "and TTFT p95 over the flood was 53 s (0.23 s in `normal`); the backlog took all of `recovery` to drain "
         "(requests held back in 104 of its 180 pages).",
+    ],
+    "steady-busy": [
+        "Recorded with `--time-scale 0.5` (5 minutes of busy traffic instead of 10): the real vLLM was held by "
+        "another engineer's test when this run's turn came, and the session's time was running out.",
     ],
     "busy-overloaded": [
         "Recorded as the first `busy-healthy` attempt with these settings (then the only busy-healthy "
