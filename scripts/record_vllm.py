@@ -360,6 +360,14 @@ NOTES = {
     "steady-busy": [
         "Recorded with `--time-scale 0.5` (5 minutes of busy traffic instead of 10): the real vLLM was held by "
         "another engineer's test when this run's turn came, and the session's time was running out.",
+        "Busier than `busy-healthy` on this box: TTFT p95 1.75 s (under the 3 s objective), but the long prompts "
+        "(4,000-5,000 tokens, about one every 90 s) brought two bursts of preemptions (4 at +55 s, 5 within 5 s "
+        "at +180 s into `busy`) and 7 short spells of requests waiting for capacity (2-12 s each, 31 of 291 "
+        "1-s pages, at most 14 waiting). The pack fired VLLMKVCacheExhausted (critical) on it, at both "
+        "intervals (see the alerts above and the matrix); the naive rules fired nothing. Reported to the lead: "
+        "`namespace_pod_model:vllm_requests_held_back:bool` adds `vllm_preemptions:rate2m > bool 0`, so one burst "
+        "of preemptions holds it at 1 for the next 2 minutes of evaluations and its 2-minute average reaches the "
+        "0.75 the alert pages on.",
     ],
     "busy-overloaded": [
         "Recorded as the first `busy-healthy` attempt with these settings (then the only busy-healthy "

@@ -424,3 +424,19 @@ def test_capacity_bound_flood_holds_requests_back_below_the_batch_ceiling():
         assert sum(1 for x in kv_batch if x > 0) > 0.5 * len(held), iv
         assert not [x for x in gauge(data, "vllm_sidecar_capacity_wait_cause", flood["start"], flood["end"],
                                      cause="batch_full") if x > 0]
+
+
+def test_steady_busy_is_busy_but_healthy_at_every_interval():
+    m = meta("steady-busy")
+    busy = phase(m, "busy")
+    a, b = busy["start"], busy["end"]
+    cap = between(page_series("steady-busy", "vllm:num_requests_waiting_by_reason", reason="capacity"), a, b)
+    run, longest = 0, 0
+    for x in cap:  # every 1 s page
+        run = run + 1 if x > 0 else 0
+        longest = max(longest, run)
+    assert longest <= 30, "no sustained capacity waits (1 s pages)"
+    for iv in ("15", "30"):
+        _, data = om("steady-busy", iv)
+        assert max(gauge(data, "vllm:num_requests_running", a, b)) >= 4, "busy"
+        assert ttft_quantile(data, 0.95, a, b) < 3.0, "TTFT p95 within the pack's default 3 s objective"
