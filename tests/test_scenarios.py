@@ -37,6 +37,10 @@ SAMPLE = [
     Cell("recorded-long-prompt-flood", 1, 15, "recorded"),
     Cell("recorded-busy-healthy", 1, 60, "recorded"),
     Cell("recorded-busy-overloaded", 1, 30, "recorded"),
+    # recorded at real intervals (both intervals of each: the tests at the end of this file)
+    Cell("recorded-fill-flood", 1, 30, "recorded"),
+    Cell("recorded-capacity-bound-flood", 1, 60, "recorded"),
+    Cell("recorded-steady-busy", 1, 15, "recorded"),
 ]
 
 
@@ -44,7 +48,8 @@ def test_the_sample_covers_every_scenario_replica_count_and_interval():
     assert {c.scenario for c in SAMPLE} == set(matrix.SYNTHETIC) | set(matrix.RECORDED)
     assert {c.replicas for c in SAMPLE} == set(matrix.REPLICAS)
     assert {c.scrape for c in SAMPLE} == set(matrix.SCRAPES)
-    assert len(matrix.all_cells()) == len(matrix.SYNTHETIC) * 4 * 4 * 3 + len(matrix.RECORDED) * 4
+    assert len(matrix.all_cells()) == len(matrix.SYNTHETIC) * 4 * 4 * 3 + sum(
+        len(matrix.RECORDED_SCRAPES.get(s, matrix.SCRAPES)) for s in matrix.RECORDED)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +57,15 @@ def naive():
     return naive_rules_file()
 
 
-@pytest.mark.parametrize("cell", SAMPLE, ids=str)
+# The pack pages VLLMKVCacheExhausted on the real busy run: one burst of preemptions holds the
+# held-back share at 1 for two minutes (tests/fixtures/recordings/steady-busy/PROVENANCE.md, notes).
+# Reported to the lead; the expectation stands, the rule is not bent here.
+STEADY_BUSY_PAGES = pytest.mark.xfail(strict=True, reason="the pack pages on one burst of preemptions "
+                                      "(held_back:bool adds preemptions:rate2m > 0); reported, not fixed here")
+
+
+@pytest.mark.parametrize("cell", [pytest.param(c, marks=STEADY_BUSY_PAGES) if c.scenario == "recorded-steady-busy"
+                                  else c for c in SAMPLE], ids=str)
 def test_cell_meets_its_expectations(cell, naive):
     r = matrix.evaluate(cell, RULES, naive, exact=True)
     report = "\n".join(f"  {a} on {p}: first {f:+.1f}m, {e} episodes, {m:.0f} minutes" for a, p, f, e, m, _ in r.pack.rows)
@@ -158,3 +171,50 @@ def test_the_capacity_bound_flood_seen_from_its_middle_pages_once_the_ceiling_is
     assert blind.pack.first_page is None
     told = matrix.evaluate(cell, rules, naive, exact=True, raw_only=True)
     assert told.pack.first_page is not None and told.pack.first_page <= 5.0, told.pack.rows
+
+
+REAL_INTERVALS = [(n, i) for n in ("fill-flood", "capacity-bound-flood") for i in (15, 30)]
+
+
+@pytest.mark.parametrize("name,scrape", REAL_INTERVALS, ids=lambda x: str(x))
+def test_real_floods_at_real_intervals_warn_and_page_and_the_naive_rules_beside_them(name, scrape, naive):
+    """The real floods recorded with Prometheus every 15 s and every 30 s in the same run (no
+    thinning: the export of the server at that interval), rules every 30 s: the pack warns and
+    pages VLLMKVCacheExhausted within five minutes of the onset, never after the naive rules'
+    first loud alert. What the naive rules give is measured beside it (and printed on failure)."""
+    cell = Cell(f"recorded-{name}", 1, scrape, "recorded")
+    r = matrix.evaluate(cell, RULES, naive)
+    assert r.scenario.file.endswith(f"prometheus-{scrape}s.om.gz") and not r.scenario.scrape
+    pack, theirs = matrix.first_loud(r.scenario, r.pack_tl), matrix.first_loud(r.scenario, r.naive_tl)
+    report = f"pack first loud {pack}, naive {theirs}; " + "; ".join(
+        f"{a} first {f:+.1f}m" for a, _, f, _, _, _ in r.pack.rows)
+    assert r.ok, "; ".join(r.problems) + " | " + report
+    assert r.pack.first_page is not None and r.pack.first_page <= 5.0, report
+    assert "VLLMKVCacheExhausted" in matrix.loud_alerts(r.pack_tl), report
+    assert theirs is None or pack <= theirs, report
+
+
+@STEADY_BUSY_PAGES
+@pytest.mark.parametrize("scrape", (15, 30))
+def test_the_real_busy_run_at_real_intervals_stays_silent(scrape, naive):
+    r = matrix.evaluate(Cell("recorded-steady-busy", 1, scrape, "recorded"), RULES, naive)
+    assert r.scenario.file.endswith(f"prometheus-{scrape}s.om.gz")
+    assert r.ok and not matrix.loud_alerts(r.pack_tl), (r.problems, r.pack.rows)
+
+
+def test_a_recording_at_real_intervals_is_not_read_finer_than_it_was_scraped():
+    from exporter.harness.scenarios.catalog import recorded_fill_flood
+    with pytest.raises(ValueError):
+        recorded_fill_flood(5.0)
+    sixty = recorded_fill_flood(60.0)
+    assert sixty.file.endswith("prometheus-30s.om.gz") and sixty.scrape == 60.0
+
+
+@pytest.mark.parametrize("scrape", (15, 30))
+def test_the_real_busy_run_the_naive_rules_and_what_the_pack_fires(scrape, naive):
+    """What the pack gives on the real busy run today, measured (the xfail above is the
+    expectation): only VLLMKVCacheExhausted and VLLMPreemptionsSustained, after the burst of
+    preemptions; the naive rules fire nothing."""
+    r = matrix.evaluate(Cell("recorded-steady-busy", 1, scrape, "recorded"), RULES, naive)
+    assert set(matrix.loud_alerts(r.pack_tl)) <= {"VLLMKVCacheExhausted", "VLLMPreemptionsSustained"}
+    assert not matrix.loud_alerts(r.naive_tl)

@@ -12,7 +12,9 @@ reads the same sidecar, as it would in a real deployment.
 History: ``none`` means Prometheus and the sidecar start at the onset (a new deployment on its
 first incident: nothing learned, no rate window full), ``1h`` an hour of normal traffic before it,
 ``1d`` a day (every baseline window full). Recordings of the real CPU vLLM have their own replicas
-(one) and history; only their scrape interval varies (thinned from what Prometheus stored).
+(one) and history; only their scrape interval varies: the first recordings (5 s scrapes) thinned to
+each interval, those recorded at real intervals read at the 15 s and 30 s their own Prometheus
+servers stored in the same run (and 60 s thinned from 30 s; ``RECORDED_SCRAPES``).
 
 Expectations (``expect``): the scenario's own (a warning within 1 min and a page within 5 for the
 night, silence for healthy and rollout, a burn page for errors, at most 2 episodes a day and one
@@ -70,6 +72,17 @@ RECORDED: Dict[str, Callable[[float], Scenario]] = {
     "recorded-long-prompt-flood": catalog.recorded_flood,
     "recorded-busy-healthy": catalog.recorded_busy_healthy,
     "recorded-busy-overloaded": catalog.recorded_busy_overloaded,
+    "recorded-fill-flood": catalog.recorded_fill_flood,
+    "recorded-capacity-bound-flood": catalog.recorded_capacity_bound_flood,
+    "recorded-steady-busy": catalog.recorded_steady_busy,
+}
+# the scrape intervals of each recording's cells: the first recordings were scraped every 5 s and
+# are thinned to every interval; those recorded at real intervals are read at the 15 s and 30 s
+# their own Prometheus servers stored, and at 60 s thinned from the 30 s one (never 5 s)
+RECORDED_SCRAPES: Dict[str, Tuple[int, ...]] = {
+    "recorded-fill-flood": (15, 30, 60),
+    "recorded-capacity-bound-flood": (15, 30, 60),
+    "recorded-steady-busy": (15, 30, 60),
 }
 # cells that cannot meet an expectation, and why (docs/detection.md prints it)
 EXCUSED: Dict[Tuple[str, str], str] = {
@@ -82,7 +95,7 @@ EXCUSED: Dict[Tuple[str, str], str] = {
 
 def all_cells() -> List[Cell]:
     out = [Cell(s, r, i, h) for s in SYNTHETIC for r in REPLICAS for i in SCRAPES for h in HISTORIES]
-    out += [Cell(s, 1, i, "recorded") for s in RECORDED for i in SCRAPES]
+    out += [Cell(s, 1, i, "recorded") for s in RECORDED for i in RECORDED_SCRAPES.get(s, SCRAPES)]
     return out
 
 

@@ -422,20 +422,51 @@ def production_trace(trace: str = "conv", history_h: float = 24.0, step: float =
 RECORDINGS = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "recordings"
 
 
+def recorded_intervals(name: str) -> Tuple[int, ...]:
+    """The scrape intervals a recording's Prometheus servers stored it at: (5,) for the first
+    recordings (one Prometheus every 5 s, ``prometheus.om.gz``), (15, 30) for those recorded at
+    real intervals (``prometheus-15s.om.gz``, ``prometheus-30s.om.gz``)."""
+    meta = json.loads((RECORDINGS / name / "meta.json").read_text())
+    return tuple(int(i) for i in meta.get("scrape_intervals_s") or [meta.get("scrape_interval_s", 5)])
+
+
 def recorded(name: str, step: float = 15.0, scrape: float = 0.0, **expect) -> Scenario:
     """A recording of the real CPU vLLM through a real Prometheus (tests/fixtures/recordings/NAME:
-    ``prometheus.om.gz`` and ``meta.json``), evaluated every ``step`` seconds."""
+    ``prometheus.om.gz`` and ``meta.json``), evaluated every ``step`` seconds.
+
+    A recording made at real intervals holds one export per Prometheus (``prometheus-<n>s.om.gz``):
+    ``scrape`` n reads that file as stored, and a multiple of one of them (60 from 30) thins the
+    longest that divides it; an interval no server scraped at, or finer, is refused (ValueError):
+    it is not thinned from a coarser one."""
     d = RECORDINGS / name
     meta = json.loads((d / "meta.json").read_text())
     start = math.ceil(meta["start"] / step) * step
     onset = int(round((meta["onset"] - start) / step)) if meta.get("onset") else 0
     title = meta.get("title") or {"long-prompt-flood": "A real long-prompt flood on the CPU vLLM",
                                   "busy-healthy": "A real busy but healthy run of the CPU vLLM",
-                                  "busy-overloaded": "A real overload of the CPU vLLM (no flood)"}.get(name, name)
-    return Scenario(name=f"recorded-{name}", title=title, book=None, onset=onset, file=str(d / "prometheus.om.gz"),
-                    start=start, step=step, end=meta["end"], scrape=scrape, replicas=1,
-                    notes=f"recorded from vLLM {meta.get('vllm_version', '?')} through Prometheus every "
-                          f"{meta.get('scrape_interval_s', '?')} s (tests/fixtures/recordings/{name}/PROVENANCE.md)",
+                                  "busy-overloaded": "A real overload of the CPU vLLM (no flood)",
+                                  "fill-flood": "A real flood that fills the cache and preempts, at real intervals",
+                                  "capacity-bound-flood": "A real capacity-bound flood (prompts no longer fit), "
+                                                          "at real intervals",
+                                  "steady-busy": "A real busy healthy run, at real intervals"}.get(name, name)
+    ivs = meta.get("scrape_intervals_s")
+    if ivs:
+        base = [i for i in ivs if scrape and scrape % i == 0]
+        if scrape and not base:
+            raise ValueError(f"{name} was scraped every {ivs} s: no {scrape:g} s view of it")
+        iv = max(base) if base else min(ivs)
+        file = d / meta["prometheus"][str(iv)]["file"]
+        thin_to = 0.0 if not scrape or scrape == iv else scrape
+        how = (f"through Prometheus servers scraping every {' s and every '.join(str(i) for i in ivs)} s in one run "
+               f"(each cell reads the server at its interval, a longer one thinned from the longest that divides it; "
+               f"the sidecar at its default poll, vLLM's page kept every {meta.get('page_interval_s', '?'):g} s)")
+    else:
+        file, thin_to = d / "prometheus.om.gz", scrape
+        how = f"through Prometheus every {meta.get('scrape_interval_s', '?')} s"
+    return Scenario(name=f"recorded-{name}", title=title, book=None, onset=onset, file=str(file),
+                    start=start, step=step, end=meta["end"], scrape=thin_to, replicas=1,
+                    notes=f"recorded from vLLM {meta.get('vllm_version', '?')} {how} "
+                          f"(tests/fixtures/recordings/{name}/PROVENANCE.md)",
                     **expect)
 
 
@@ -454,6 +485,22 @@ def recorded_busy_overloaded(scrape: float = 0.0) -> Scenario:
     return recorded("busy-overloaded", scrape=scrape)
 
 
+# Recorded at real intervals (15 and 30 s in one run, issue 17), evaluated every 30 s as the matrix
+# evaluates every cell. The floods must warn and page; the busy run stays silent.
+def recorded_fill_flood(scrape: float = 15.0) -> Scenario:
+    return recorded("fill-flood", step=EVAL_STEP, scrape=scrape, first_warning=5.0, first_page=5.0,
+                    must_fire=("VLLMKVCacheExhausted",))
+
+
+def recorded_capacity_bound_flood(scrape: float = 15.0) -> Scenario:
+    return recorded("capacity-bound-flood", step=EVAL_STEP, scrape=scrape, first_warning=5.0, first_page=5.0,
+                    must_fire=("VLLMKVCacheExhausted",))
+
+
+def recorded_steady_busy(scrape: float = 15.0) -> Scenario:
+    return recorded("steady-busy", step=EVAL_STEP, scrape=scrape, quiet=True)
+
+
 SCENARIOS: Dict[str, Callable[..., Scenario]] = {
     "busy-healthy-day": busy_healthy_day,
     "rolling-deploy": rolling_deploy,
@@ -468,4 +515,7 @@ SCENARIOS: Dict[str, Callable[..., Scenario]] = {
     "recorded-long-prompt-flood": recorded_flood,
     "recorded-busy-healthy": recorded_busy_healthy,
     "recorded-busy-overloaded": recorded_busy_overloaded,
+    "recorded-fill-flood": recorded_fill_flood,
+    "recorded-capacity-bound-flood": recorded_capacity_bound_flood,
+    "recorded-steady-busy": recorded_steady_busy,
 }
