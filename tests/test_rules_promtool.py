@@ -261,7 +261,7 @@ CASES["VLLMErrorRatioHigh"] = [
           series("vllm:request_success_total", {**V, "finished_reason": "error"}, counter(lambda m: 10, N)),
           series("vllm:request_success_total", {**V, "finished_reason": "abort"}, counter(lambda m: 50, N))],
          [at(16, "VLLMErrorRatioHigh", expect("VLLMErrorRatioHigh", W, "10%", severity="warning"))]),
-    # half of a busy replica's requests fail: the page tier after its 3 minutes, the warning after 10
+    # half of a busy replica's requests fail: the page tier after its 2 minutes, the warning after 10
     case([series("vllm:request_success_total", {**V, "finished_reason": "stop"}, counter(lambda m: 30, N)),
           series("vllm:request_success_total", {**V, "finished_reason": "error"}, counter(lambda m: 30, N))],
          [quiet(2, "VLLMErrorRatioHigh"),

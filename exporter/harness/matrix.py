@@ -95,10 +95,10 @@ def base_step(scrape: int) -> float:
 
 @lru_cache(maxsize=1)
 def _code_digest() -> str:
-    """What a render depends on: the harness' and the runtime's source (never the rules)."""
+    """What a render depends on: the scenarios' and the runtime's source (never the rules)."""
     h = hashlib.sha256()
     root = Path(__file__).resolve().parent.parent
-    for sub in ("harness", "runtime"):
+    for sub in ("harness/scenarios", "runtime"):
         for f in sorted((root / sub).rglob("*.py")):
             h.update(str(f.relative_to(root)).encode())
             h.update(f.read_bytes())
