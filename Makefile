@@ -67,8 +67,10 @@ bench: $(VPY) deps
 	$(VPY) bench/bench_flight_scrape.py
 	$(VPY) bench/bench_pack.py --write docs/performance.md
 
+# the whole detection matrix (renders kept in ~/.cache: a changed pack re-evaluates without re-rendering)
 detection: $(VPY)
-	$(VPY) -m exporter.harness.detection --matrix --out docs/detection.md
+	VLLM_SIDECAR_MATRIX_CACHE=$${VLLM_SIDECAR_MATRIX_CACHE:-$$HOME/.cache/vllm-sidecar-exporter/matrix} \
+		$(VPY) -m exporter.harness.detection --matrix --out docs/detection.md
 
 bench-listener: $(VPY)
 	$(VPY) bench/bench_listener.py $(ARGS)

@@ -459,6 +459,8 @@ SCHEMA: Dict[str, Check] = {
     "prefix_cache.fleet_factor": _number(0, 1, open_lo=True),
     "prefix_cache.warmup": _duration,
     "error_ratio.max": _number(0, 1, open_lo=True),
+    "error_ratio.page": _number(0, 1, open_lo=True),
+    "error_ratio.page_min_per_second": _number(0),
     "outlier.throughput_factor": _number(0, 1, open_lo=True),
     "outlier.ttft_factor": _number(1),
     "outlier.min_replicas": _number(2),

@@ -260,7 +260,18 @@ CASES["VLLMErrorRatioHigh"] = [
     case([series("vllm:request_success_total", {**V, "finished_reason": "stop"}, counter(lambda m: 90, N)),
           series("vllm:request_success_total", {**V, "finished_reason": "error"}, counter(lambda m: 10, N)),
           series("vllm:request_success_total", {**V, "finished_reason": "abort"}, counter(lambda m: 50, N))],
-         [at(16, "VLLMErrorRatioHigh", expect("VLLMErrorRatioHigh", W, "10%"))]),
+         [at(16, "VLLMErrorRatioHigh", expect("VLLMErrorRatioHigh", W, "10%", severity="warning"))]),
+    # half of a busy replica's requests fail: the page tier after its 2 minutes, the warning after 10
+    case([series("vllm:request_success_total", {**V, "finished_reason": "stop"}, counter(lambda m: 30, N)),
+          series("vllm:request_success_total", {**V, "finished_reason": "error"}, counter(lambda m: 30, N))],
+         [quiet(2, "VLLMErrorRatioHigh"),
+          at(6, "VLLMErrorRatioHigh", expect("VLLMErrorRatioHigh", W, "50%", severity="critical")),
+          at(16, "VLLMErrorRatioHigh", expect("VLLMErrorRatioHigh", W, "50%", severity="warning"),
+             expect("VLLMErrorRatioHigh", W, "50%", severity="critical"))]),
+    # the same share on a replica with hardly any traffic (one error a minute): a warning, never a page
+    case([series("vllm:request_success_total", {**V, "finished_reason": "stop"}, counter(lambda m: 1, N)),
+          series("vllm:request_success_total", {**V, "finished_reason": "error"}, counter(lambda m: 1, N))],
+         [at(30, "VLLMErrorRatioHigh", expect("VLLMErrorRatioHigh", W, "50%", severity="warning"))]),
     # aborts are the clients' doing, not errors
     case([series("vllm:request_success_total", {**V, "finished_reason": "stop"}, counter(lambda m: 90, N)),
           series("vllm:request_success_total", {**V, "finished_reason": "error"}, counter(lambda m: 0, N)),

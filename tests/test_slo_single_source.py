@@ -34,7 +34,7 @@ preemptions: {min_events: 7, episode_events: 9}
 long_prompt: {tokens: 7000, surge_factor: 4, min_per_second: 0.07, baseline_quantile: 0.92, floor_share: 0.18}
 queue: {min_waiting: 12}
 prefix_cache: {min_hit_ratio: 0.35, fleet_factor: 0.55, warmup: 50m}
-error_ratio: {max: 0.04}
+error_ratio: {max: 0.04, page: 0.27, page_min_per_second: 0.06}
 outlier: {throughput_factor: 0.45, ttft_factor: 2.5, min_replicas: 4}
 gpu_busy_low: {busy_utilization: 0.85, low_throughput_fraction: 0.35, throughput_floor: 12,
                baseline_horizon: 4h, baseline_quantile: 0.85, baseline_min_busy: 20m}

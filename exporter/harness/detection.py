@@ -14,6 +14,7 @@ episodes it had (all replicas together).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -145,8 +146,78 @@ def _cell_text(r) -> str:
     return f"{body} · naive {_m(theirs)}{mark}"
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What the doc prints of one evaluated cell (small enough to send back from a worker)."""
+
+    cell: object  # matrix.Cell
+    title: str
+    notes: str
+    text: str
+    ok: bool
+    problems: Tuple[str, ...]
+    excused: str
+    cpu_s: float
+
+
+def outcome(r, cpu_s: float = 0.0) -> Outcome:
+    return Outcome(r.cell, r.scenario.title, r.scenario.notes, _cell_text(r), r.ok, tuple(r.problems), r.excused,
+                   cpu_s)
+
+
+def _group(job) -> list:
+    """A worker's share: cells of one scenario, history and base step (one render between them)."""
+    from . import matrix
+
+    cells, pack_rules, naive, raw_only = job
+    out = []
+    for c in cells:
+        t = time.process_time()
+        r = matrix.evaluate(c, pack_rules, naive, raw_only=raw_only)
+        out.append(outcome(r, time.process_time() - t))
+    return out
+
+
+def run_cells(cells, pack_rules: Path, naive: Path, jobs: int, raw_only: bool = False, log=sys.stderr) -> list:
+    """Every cell's outcome, in the order given; ``jobs`` worker processes, each taking whole groups
+    of one render (scenario, history, base step), the largest groups first."""
+    from . import matrix
+
+    groups: Dict[tuple, list] = {}
+    for c in cells:
+        groups.setdefault((c.scenario, c.history, matrix.base_step(c.scrape)), []).append(c)
+    # the costliest renders first (a day of history, the 5 s step, most replicas), so no worker
+    # is left with one long render at the end
+    weight = {"1d": 3, "recorded": 0, "1h": 1, "none": 0}
+    order = sorted(groups.values(), key=lambda g: (-weight.get(g[0].history, 0), matrix.base_step(g[0].scrape),
+                                                   -max(c.replicas for c in g)))
+    done: Dict[object, Outcome] = {}
+    t0 = time.monotonic()
+
+    def note(o: Outcome) -> None:
+        done[o.cell] = o
+        log.write(f"{o.cell}: {'ok' if o.ok else 'NOT MET ' + '; '.join(o.problems)} "
+                  f"({o.cpu_s:.0f} s CPU, {len(done)}/{len(cells)} at {time.monotonic() - t0:.0f} s)\n")
+        log.flush()
+
+    jobs_ = [(g, pack_rules, naive, raw_only) for g in order]
+    if jobs <= 1:
+        for j in jobs_:
+            for o in _group(j):
+                note(o)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as ex:
+            for fut in as_completed([ex.submit(_group, j) for j in jobs_]):
+                for o in fut.result():
+                    note(o)
+    return [done[c] for c in cells]
+
+
 def render_matrix(results, raw_results, agreement, slo_path: Optional[str], seconds: float, cells_run: int,
-                  subset: str = "") -> str:
+                  subset: str = "", cpu_s: float = 0.0, jobs: int = 1) -> str:
     from .matrix import HISTORIES, REPLICAS, SCRAPES
 
     lines = [
@@ -161,8 +232,9 @@ def render_matrix(results, raw_results, agreement, slo_path: Optional[str], seco
         "",
         "The sidecar's series in every synthetic scenario are the runtime's own derivations (reader, windows,",
         "capacity tracker, learned baseline) over vLLM pages at its 2 s poll (`scenarios/sidecar_sim.py`), from",
-        "10 minutes before the onset; before that the sidecar polls at the scrape step (the long history the",
-        "baselines read, at a cost the matrix can pay). A cell is cut from one render per scenario and history:",
+        "10 minutes before the onset; before that the sidecar polls at the scrape step and derives at most every",
+        "15 s (the long history the baselines read, at a cost the matrix can pay). A cell is cut from one render",
+        "per scenario, history and base step (5 s for 5 s cells, 15 s for the others):",
         "the first replicas (the affected one is always the first) and the samples a Prometheus scraping at that",
         "interval keeps. History `none`: Prometheus and the sidecar start at the onset (nothing learned).",
         "",
@@ -179,8 +251,7 @@ def render_matrix(results, raw_results, agreement, slo_path: Optional[str], seco
     met = sum(1 for r in results if r.ok)
     lines += [f"**{met} of {len(results)} cells meet every expectation.**", ""]
     for name, rs in by_sc.items():
-        sc = rs[0].scenario
-        lines += [f"## {sc.title}", "", f"`{name}`: {sc.notes}.", ""]
+        lines += [f"## {rs[0].title}", "", f"`{name}`: {rs[0].notes}.", ""]
         scrapes = [i for i in SCRAPES if any(r.cell.scrape == i for r in rs)]
         lines += ["| history | replicas | " + " | ".join(f"{i} s" for i in scrapes) + " |",
                   "| --- | --- | " + " | ".join("---" for _ in scrapes) + " |"]
@@ -189,7 +260,7 @@ def render_matrix(results, raw_results, agreement, slo_path: Optional[str], seco
                 row = {r.cell.scrape: r for r in rs if r.cell.history == h and r.cell.replicas == n}
                 if not row:
                     continue
-                lines.append(f"| {h} | {n} | " + " | ".join(_cell_text(row[i]) if i in row else "" for i in scrapes) + " |")
+                lines.append(f"| {h} | {n} | " + " | ".join(row[i].text if i in row else "" for i in scrapes) + " |")
         excused = [r for r in rs if r.excused]
         if excused:
             lines += ["", "Cannot be met (excused): " + excused[0].excused + ".",
@@ -215,7 +286,7 @@ def render_matrix(results, raw_results, agreement, slo_path: Optional[str], seco
         with_sc = {str(r.cell): r for r in results}
         for r in raw_results:
             w = with_sc.get(str(r.cell))
-            lines.append(f"| {r.cell} | {_cell_text(w) if w else ''} | {_cell_text(r)} |")
+            lines.append(f"| {r.cell} | {w.text if w else ''} | {r.text} |")
         lines.append("")
     if agreement:
         lines += ["## promtool agrees", "",
@@ -226,7 +297,8 @@ def render_matrix(results, raw_results, agreement, slo_path: Optional[str], seco
         lines.append("")
     if subset:
         lines.append(f"_A subset of the matrix: {subset}._")
-    lines.append(f"_{cells_run} cells (and {len(raw_results)} without the sidecar) evaluated in {seconds:.0f} s._")
+    lines.append(f"_{cells_run} cells (and {len(raw_results)} without the sidecar) evaluated in {seconds:.0f} s "
+                 f"with {jobs} worker process(es), {cpu_s:.0f} s of CPU in the cells._")
     return "\n".join(lines) + "\n"
 
 
@@ -239,6 +311,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--replicas", default="", help="matrix: only these replica counts (comma-separated)")
     p.add_argument("--scrapes", default="", help="matrix: only these scrape intervals (s, comma-separated)")
     p.add_argument("--histories", default="", help="matrix: only these histories (none,1h,1d)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="matrix: worker processes (default: one per core)")
     ns = p.parse_args(argv)
     t0 = time.monotonic()
     slo = load_slo(ns.slo)
@@ -252,18 +326,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                  and (not ns.replicas or str(c.replicas) in ns.replicas.split(","))
                  and (not ns.scrapes or str(c.scrape) in ns.scrapes.split(","))
                  and (not ns.histories or c.history in ns.histories.split(",") or c.history == "recorded")]
-        # one render per scenario, history and base step: cells in that order
-        cells.sort(key=lambda c: (c.scenario, c.history, matrix.base_step(c.scrape), c.replicas > 1, c.replicas, c.scrape))
-        results = []
-        for c in cells:
-            r = matrix.evaluate(c, pack_rules, naive)
-            sys.stderr.write(f"{c}: {'ok' if r.ok else 'NOT MET ' + '; '.join(r.problems)} ({time.monotonic() - t0:.0f} s)\n")
-            results.append(r)
-        raw = []
-        for c in [matrix.Cell(s, 1, i, "1h") for s in ("seed-night", "capacity-bound-flood") for i in matrix.SCRAPES]:
-            if ns.only and c.scenario not in ns.only:
-                continue
-            raw.append(matrix.evaluate(c, pack_rules, naive, raw_only=True))
+        results = run_cells(cells, pack_rules, naive, ns.jobs)
+        raw_cells = [matrix.Cell(s, 1, i, "1h") for s in ("seed-night", "capacity-bound-flood") for i in matrix.SCRAPES
+                     if not ns.only or s in ns.only]
+        raw = run_cells(raw_cells, pack_rules, naive, ns.jobs, raw_only=True)
         agreement = []
         if not ns.only or "seed-night" in ns.only:
             from .scenarios.judge import promtool_timeline
@@ -279,9 +345,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 agreement.append((c, same))
         subset = ", ".join(f"{k} {v}" for k, v in (("scenarios", ",".join(ns.only)), ("replicas", ns.replicas),
                                                    ("scrapes", ns.scrapes), ("histories", ns.histories)) if v)
-        Path(ns.out).write_text(render_matrix(results, raw, agreement, ns.slo, time.monotonic() - t0, len(results),
-                                              subset))
-        sys.stderr.write(f"wrote {ns.out}\n")
+        seconds = time.monotonic() - t0
+        cpu = sum(o.cpu_s for o in results + raw)
+        Path(ns.out).write_text(render_matrix(results, raw, agreement, ns.slo, seconds, len(results), subset,
+                                              cpu_s=cpu, jobs=ns.jobs))
+        sys.stderr.write(f"wrote {ns.out} ({seconds:.0f} s, {cpu:.0f} s CPU in the cells, {ns.jobs} jobs)\n")
         return 0 if all(r.ok for r in results) else 1
     results = []
     for name, make in SCENARIOS.items():

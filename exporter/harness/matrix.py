@@ -24,7 +24,10 @@ per overload for chronic overload), and never a first loud alert later than the 
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
+import pickle
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -103,9 +106,46 @@ def base_step(scrape: int) -> float:
     return 5.0 if scrape % 15 else 15.0
 
 
+@lru_cache(maxsize=1)
+def _code_digest() -> str:
+    """What a render depends on: the scenarios' and the runtime's source (never the rules)."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parent.parent
+    for sub in ("harness/scenarios", "runtime"):
+        for f in sorted((root / sub).rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def render_cache() -> Optional[Path]:
+    """Where renders are kept between runs (``VLLM_SIDECAR_MATRIX_CACHE``; unset: nowhere). A
+    render depends only on the scenario code and the sidecar's runtime, so evaluating a changed
+    pack over the whole matrix again costs only the evaluations."""
+    d = os.environ.get("VLLM_SIDECAR_MATRIX_CACHE", "")
+    return Path(d) if d else None
+
+
 @lru_cache(maxsize=4)
 def _rendered(scenario: str, history: str, step: float, pods: int) -> Scenario:
-    return SYNTHETIC[scenario](HISTORIES[history], step, pods)
+    cache = render_cache()
+    if cache is None:
+        return SYNTHETIC[scenario](HISTORIES[history], step, pods)
+    path = cache / f"{scenario}-{history}-{step:g}s-{pods}p-{_code_digest()}.pickle"
+    if path.exists():
+        with path.open("rb") as f:
+            sc, slots = pickle.load(f)
+        REPLICA_INDEX.update(slots)  # which replica slot each pod fills: what cut() reads
+        return sc
+    sc = SYNTHETIC[scenario](HISTORIES[history], step, pods)
+    names = {dict(labels).get("pod") for _name, labels in sc.book.series}
+    slots = {p: REPLICA_INDEX[p] for p in names if p in REPLICA_INDEX}
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    with tmp.open("wb") as f:
+        pickle.dump((sc, slots), f, protocol=pickle.HIGHEST_PROTOCOL)
+    tmp.replace(path)
+    return sc
 
 
 def cut(sc: Scenario, replicas: int, scrape: float) -> Scenario:

@@ -14,8 +14,11 @@ samples every 2 s.
 Cost: pages are read at every poll, the derivations run at every scrape (the poll loop derives
 at every poll, but between two scrapes only the last derivation is ever served). Before
 ``full_from`` (a time), the sidecar polls at the scrape step instead of 2 s: the
-history a day-long scenario needs for its baselines, at a cost the test suite can pay; documented
-in docs/detection.md.
+history a day-long scenario needs for its baselines, at a cost the test suite can pay; and there
+the derivations run at most every ``HISTORY_DERIVE`` seconds, their values held between (a 5 s
+scrape of the history reads each derivation up to three times, as it would read a sidecar polling
+every 15 s). The history feeds day-long baselines only; from ``full_from`` on, every scrape gets
+its own derivation. Documented in docs/detection.md.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from ...runtime.signals import Baseline, derive_view, mean_utilization, tracker_
 from .shapes import PodState
 
 POLL_INTERVAL = 2.0
+HISTORY_DERIVE = 15.0  # s: before ``full_from``, derive at most this often (see the docstring)
 
 
 def sidecar_config(window: float = 60.0, poll_interval: float = POLL_INTERVAL, **kw) -> Config:
@@ -223,6 +227,8 @@ class SidecarSim:
         gen_l, req_l, pm_l, err_l = gen.tolist(), req.tolist(), prompt_mean.tolist(), err.tolist()
         frl = {name: (rate.tolist(), mean.tolist(), cdf) for name, (rate, mean, cdf) in fr.items()}
         was_on = False
+        stride = max(1, int(round(HISTORY_DERIVE / step)))
+        last: List[Tuple[np.ndarray, float]] = []  # the last derivation's rows and values, held in history
         for i in range(n):
             t_i = float(times[i])
             if not on[i]:
@@ -270,7 +276,12 @@ class SidecarSim:
                 util_hist.append((t, L["gpu_util"][i]))
                 while util_hist and util_hist[0][0] < t - cfg.window:
                     util_hist.popleft()
+            resumed = not was_on
             was_on = True
+            if t_i < full_from and stride > 1 and i % stride and not resumed and last:
+                for row, v in last:
+                    row[i] = v
+                continue
             # derived at the scrape: what the sidecar serves then (the baseline keeps one sample
             # per 10 s at most, so learning at each scrape instead of each poll changes nothing
             # at 5-10 s scrapes and thins it at longer ones)
@@ -281,12 +292,14 @@ class SidecarSim:
                         g = m.throughput.generation_tokens_per_second
                         if g is not None and not (m.busy_low and m.busy_low.flagged):
                             baseline.record(m.model, t_i, g)
+            last = []
             for p in signal_points(signals):
                 key = ("vllm_sidecar_" + p.name, tuple(sorted(p.labels.items())))
                 row = out.get(key)
                 if row is None:
                     row = out[key] = np.full(n, np.nan)
                 row[i] = p.value
+                last.append((row, p.value))
         return out
 
 

@@ -1,4 +1,5 @@
-"""Errors: corrupted (NaN) outputs, a replica's error ratio, and the availability SLO's
+"""Errors: corrupted (NaN) outputs, a replica's error ratio (a warning, and a page when a large
+share fails), and the availability SLO's
 multi-window, multi-burn-rate alerts (the SRE workbook's page and ticket pairs)."""
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def alerts(c: Ctx) -> List[Alert]:
     o = c.slo["objectives"]
     budget = 1 - o["availability"]
     burn = c.slo["burn_rates"]
+    er = c.slo["error_ratio"]
     return [
         Alert("VLLMCorruptedRequests",
               f"sum by ({by}) (increase(vllm:corrupted_requests_total{s()}[{W}])) > 0",
@@ -51,9 +53,21 @@ def alerts(c: Ctx) -> List[Alert]:
               f"month if nothing changes.",
               rule_id="VLLMErrorBudgetBurnTicket", labels={"window": "slow"}),
         Alert("VLLMErrorRatioHigh",
-              f"{c.rec('vllm_availability_errors', 'ratio_rate')} > {c.slo['error_ratio']['max']}",
+              f"{c.rec('vllm_availability_errors', 'ratio_rate')} > {er['max']}",
               "warning",
               f"vLLM requests failing on {who} ({c.model})",
               "{{ $value | humanizePercentage }} of this replica's requests failed (the availability SLI's "
               "count: server errors and errors inside streams, each once; client aborts not counted)."),
+        # the page tier: one replica failing a large share of its requests pages whatever the fleet's
+        # size (in a fleet of many, its errors are diluted in the availability budget, whose burn
+        # pages only once the 1 h window fills); a floor on the errors' rate keeps a replica with
+        # hardly any traffic from paging on two failures
+        Alert("VLLMErrorRatioHigh",
+              f"{c.rec('vllm_availability_errors', 'ratio_rate')} > {er['page']}\n"
+              f"and on ({by})\n{c.rec('vllm_availability_errors', 'rate')} >= {er['page_min_per_second']}",
+              "critical",
+              f"vLLM replica {who} failing many of its requests ({c.model})",
+              "{{ $value | humanizePercentage }} of this replica's requests failed (the availability SLI's "
+              "count): its clients see the failures now, whatever the fleet's error budget says.",
+              rule_id="VLLMErrorRatioHighPage"),
     ]
