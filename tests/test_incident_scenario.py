@@ -30,7 +30,7 @@ BAD = "vllm-2"
 
 # minutes after onset at which each alert first fires on the bad replica (and nothing else fires)
 EXPECTED_INCIDENT = {
-    "VLLMLongPromptSurge": 2,         # rules' 5m rate over 3x the model's normal at +2 (no sidecar rate here), 30s for
+    "VLLMLongPromptSurge": 1,         # rules' 5m rate over 3x the model's normal at +1 (no sidecar rate here), no for
     "VLLMGPUBusyLowThroughput": 5,    # sidecar flags it at +3, 2m for
     "VLLMKVCacheExhausted": 6,        # waits with the cache at the warn level at 3 of every 4 evaluations of 2m, 30s for
     "VLLMPreemptionsSustained": 4,    # preempting from +3: 2 in 5m with some in the 5m before (the normal ones), 30s for

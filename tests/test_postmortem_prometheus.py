@@ -83,6 +83,12 @@ def test_the_prometheus_column_is_what_prometheus_had(tmp_path):
                        what="sidecar series", diag=st.diag)
             script.kv, script.capacity = 0.97, 3
             wait_until(lambda: st.alert_state(ALERT) == "firing", 60, every=0.2, what="KV alert firing", diag=st.diag)
+            # the postmortem comes after the page: let the waits go on for some 20 s of firing, so
+            # that the record also holds enough of them for the second half's 5 s evaluations (a
+            # 10 s held-back window and a 4 s for: two evaluations in a row)
+            wait_until(lambda: len([p for s in st.query(f'ALERTS{{alertname="{ALERT}",alertstate="firing"}}[10m]')
+                                    for p in s["values"]]) >= 20, 90, every=0.5,
+                       what="the KV alert firing for 20 evaluations", diag=st.diag)
             fired = st.query(f'ALERTS{{alertname="{ALERT}",alertstate="firing"}}[10m]')
             assert fired
             first_ms = round(min(float(p[0]) for s in fired for p in s["values"]) * 1000)
