@@ -97,7 +97,6 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     else:
         ceiling_expr = f"max_over_time({m_uncontended}[{c.windows['batch_peak']}])"
     sidecar_share = f"max by ({by}) (vllm_sidecar_kv_cache_capacity_wait_poll_ratio{s()})"
-    sidecar_preempting = f"max by ({by}) (vllm_sidecar_preemption_poll_ratio{s()})"
     return [
         Recording(usage,
                   f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor\nmax by ({by}) (vllm:gpu_cache_usage_perc{s()})"),
@@ -121,13 +120,10 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
                   f"or\n{reason} * 0"),
         # at each evaluation, how much requests are held back by the cache (0-1): the sidecar's share of
         # polls where it has it, else 1 while the raw series show KV-bound waiters; preempting or rejecting
-        # counts as held back too (the KV alert averages it over a window): preempting as the sidecar's
-        # share of polls that preempted (one burst of a few seconds is a few polls, not two minutes of
-        # "held back"), else 1 while the raw 2-minute rate is above 0
+        # counts as held back too (the KV alert averages it over a window)
         Recording(c.rec("vllm_requests_held_back", "bool"),
                   f"clamp_max(\n  (\n    {sidecar_share}\n    or on ({by})\n    ({cap} > bool 0)\n  )\n"
-                  f"  + on ({by})\n  (\n    {sidecar_preempting}\n    or on ({by})\n"
-                  f"    ({c.rec('vllm_preemptions', 'rate', c.S2)} > bool 0)\n    or on ({by})\n    {cap} * 0\n  )\n"
+                  f"  + on ({by})\n  (({c.rec('vllm_preemptions', 'rate', c.S2)} > bool 0) or on ({by}) {cap} * 0)\n"
                   f"  + on ({by})\n  (({c.rec('vllm_admission_rejections', 'rate')} > bool 0) or on ({by}) {cap} * 0),\n"
                   f"  1\n)"),
         # its share over the held-back window, recorded so that the KV alert can ask whether it was
