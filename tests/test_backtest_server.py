@@ -102,7 +102,7 @@ def _episodes(report):
 
 @pytest.mark.prometheus
 @pytest.mark.skipif(not binary("victoria-metrics"), reason="victoria-metrics not installed")
-def test_the_server_evaluated_backtest_on_victoriametrics_differs_where_documented(capsys, tmp_path, incident_inputs):
+def test_the_server_evaluated_backtest_on_victoriametrics_agrees_on_the_incident(capsys, tmp_path, incident_inputs):
     om = tmp_path / "incident.om"
     om.write_text(openmetrics(incident_inputs, BASE_S))
     rc, filed, err = _run(capsys, "--file", str(om), *_window())
@@ -113,9 +113,8 @@ def test_the_server_evaluated_backtest_on_victoriametrics_differs_where_document
         assert rc == 0, err
     local, remote = _episodes(json.loads(filed)), _episodes(json.loads(served))
     assert set(local) == set(remote) and len(local) == 10
+    # the incident's 1-minute samples put the KV alert's held-back share on windows.held_back_sparse
+    # on both engines: MetricsQL's left-open range windows (docs/deployment.md) change no evaluation
+    # here (with the 2-minute window the KV alert fired one evaluation earlier on VictoriaMetrics)
     for key, eps in local.items():
-        if key[0] == "VLLMKVCacheExhausted":
-            # MetricsQL's left-open range window (docs/deployment.md): one evaluation earlier, same end
-            assert [(s - 60_000, e) for s, e in eps] == remote[key]
-        else:
-            assert eps == remote[key], key
+        assert eps == remote[key], key

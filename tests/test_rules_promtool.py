@@ -58,11 +58,26 @@ def old_release(usage, waiting, running):
 
 CASES["VLLMKVCacheExhausted"] = [
     # full cache with requests waiting for capacity at every evaluation (the value: the share of
-    # the window's evaluations holding requests back); pending at 0, firing 30s later
-    case(kv_series(0.97, capacity=3), [quiet(0, "VLLMKVCacheExhausted"),
-                                         at(3, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "100%"))]),
-    # full cache and preempting (no waits)
-    case(kv_series(0.98, preempt_per_min=2), [at(10, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "100%"))]),
+    # the window's evaluations holding requests back); these series hold a sample a minute, fewer
+    # than kv_cache.held_back_scrapes in windows.held_back, so the share is read over
+    # windows.held_back_sparse (3m) once the series is that old: pending at 3, firing 30s later
+    case(kv_series(0.97, capacity=3), [quiet(0, "VLLMKVCacheExhausted"), quiet(3, "VLLMKVCacheExhausted"),
+                                         at(4, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "100%"))]),
+    # full cache and preempting with nobody seen waiting: the preemption warning's business
+    # (VLLMPreemptionsSustained, the user's P2), not a page: preemptions count as held back only
+    # where the waits reached the held-back share in the window (a busy replica's burst of them
+    # must not page)
+    case(kv_series(0.98, preempt_per_min=2), [quiet(m, "VLLMKVCacheExhausted") for m in (5, 10, 20)]),
+    # ... but between the waits of a sustained hold-back they fill in: requests wait every other
+    # minute (half the evaluations: no page on the waits alone) while vLLM preempts every minute
+    case([series("vllm:kv_cache_usage_perc", V, gauge(lambda m: 0.97, N)),
+          series("vllm:num_requests_waiting_by_reason", {**V, "reason": "capacity"}, gauge(lambda m: 3 * (m % 2 == 0), N)),
+          series("vllm:num_preemptions_total", V, counter(lambda m: 2, N))],
+         [at(8, "VLLMKVCacheExhausted", expect("VLLMKVCacheExhausted", W, "100%"))]),
+    case([series("vllm:kv_cache_usage_perc", V, gauge(lambda m: 0.97, N)),
+          series("vllm:num_requests_waiting_by_reason", {**V, "reason": "capacity"}, gauge(lambda m: 3 * (m % 2 == 0), N)),
+          series("vllm:num_preemptions_total", V, counter(lambda m: 0, N))],
+         [quiet(m, "VLLMKVCacheExhausted") for m in (8, 15, 25)]),
     # the real saw-tooth: usage never stays above 0.95, the capacity waits are steady: fires
     case([series("vllm:kv_cache_usage_perc", V, gauge(sawtooth, N)),
           series("vllm:num_requests_waiting_by_reason", {**V, "reason": "capacity"}, gauge(lambda m: 7 + m % 5, N))],

@@ -97,6 +97,8 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     else:
         ceiling_expr = f"max_over_time({m_uncontended}[{c.windows['batch_peak']}])"
     sidecar_share = f"max by ({by}) (vllm_sidecar_kv_cache_capacity_wait_poll_ratio{s()})"
+    held = c.rec("vllm_requests_held_back", "bool")
+    wait_share = c.rec("vllm_requests_waiting_capacity", "share")
     return [
         Recording(usage,
                   f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor\nmax by ({by}) (vllm:gpu_cache_usage_perc{s()})"),
@@ -118,20 +120,41 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
                   f"    max_over_time({usage}[{c.windows['held_back']}]) >= {kv['warn']}\n    or on ({by})\n"
                   f"    {running} < on ({svc}) group_left () ({kv['batch_room']} * {ceiling})\n  )\n)\n"
                   f"or\n{reason} * 0"),
-        # at each evaluation, how much requests are held back by the cache (0-1): the sidecar's share of
-        # polls where it has it, else 1 while the raw series show KV-bound waiters; preempting or rejecting
-        # counts as held back too (the KV alert averages it over a window)
+        # requests waiting for capacity the cache cannot give (0-1): the sidecar's share of its polls
+        # where it has it, else 1 while the raw series show KV-bound waiters
+        Recording(wait_share, f"{sidecar_share}\nor on ({by})\n({cap} > bool 0)"),
+        # at each evaluation, how much requests are held back by the cache (0-1): those waits, and
+        # preempting or rejecting (the KV alert averages it over a window). Preemptions count only
+        # where the waits reached kv_cache.held_back_share within windows.held_back: between the
+        # polls and waves of a sustained hold-back they fill in, but a burst of them on a busy
+        # replica whose waits are brief spells (the sidecar: a few % of its polls) pages nothing:
+        # that is the preemption warning's business
         Recording(c.rec("vllm_requests_held_back", "bool"),
-                  f"clamp_max(\n  (\n    {sidecar_share}\n    or on ({by})\n    ({cap} > bool 0)\n  )\n"
-                  f"  + on ({by})\n  (({c.rec('vllm_preemptions', 'rate', c.S2)} > bool 0) or on ({by}) {cap} * 0)\n"
-                  f"  + on ({by})\n  (({c.rec('vllm_admission_rejections', 'rate')} > bool 0) or on ({by}) {cap} * 0),\n"
+                  f"clamp_max(\n  {wait_share}\n"
+                  f"  + on ({by})\n  (\n    ({c.rec('vllm_preemptions', 'rate', c.S2)} > bool 0)\n"
+                  f"    * on ({by})\n    (max_over_time({wait_share}[{c.windows['held_back']}]) >= bool "
+                  f"{kv['held_back_share']})\n    or on ({by})\n    {wait_share} * 0\n  )\n"
+                  f"  + on ({by})\n  (({c.rec('vllm_admission_rejections', 'rate')} > bool 0) or on ({by}) {wait_share} * 0),\n"
                   f"  1\n)"),
         # its share over the held-back window, recorded so that the KV alert can ask whether it was
         # reached at some point of a longer window (a chronic overload is one episode)
         # (only once the replica has a whole window of it: a pod's first sample is no share)
+        # Sustained means many samples: read from raw vLLM series scraped sparsely (fewer than
+        # kv_cache.held_back_scrapes in the window, e.g. every 60 s), the share is taken over
+        # windows.held_back_sparse instead; the sidecar's share is per poll and needs no more.
         Recording(c.rec("vllm_requests_held_back", "avg_over_time" + c.windows["held_back"]),
-                  f"avg_over_time({c.rec('vllm_requests_held_back', 'bool')}[{c.windows['held_back']}])\n"
-                  f"and on ({by})\n{c.rec('vllm_requests_held_back', 'bool')} offset {c.windows['held_back']}"),
+                  f"(\n  avg_over_time({held}[{c.windows['held_back']}])\n"
+                  f"  and on ({by})\n  {held} offset {c.windows['held_back']}\n"
+                  f"  and on ({by})\n  (\n    {sidecar_share}\n    or on ({by})\n"
+                  f"    max by ({by}) (count_over_time(vllm:num_requests_running{s()}[{c.windows['held_back']}]))"
+                  f" >= {kv['held_back_scrapes']}\n  )\n)\n"
+                  f"or on ({by})\n"
+                  f"(\n  avg_over_time({held}[{c.windows['held_back_sparse']}])\n"
+                  f"  and on ({by})\n  {held} offset {c.windows['held_back_sparse']}\n)"),
+        # its share over windows.episode_recent: what keeps a chronic overload's alerts firing
+        # between waves
+        Recording(c.rec("vllm_requests_held_back", "avg_over_time" + c.windows["episode_recent"]),
+                  f"avg_over_time({held}[{c.windows['episode_recent']}])"),
     ]
 
 

@@ -500,8 +500,7 @@ def recorded_capacity_bound_flood(scrape: float = 15.0) -> Scenario:
 def recorded_steady_busy(scrape: float = 15.0) -> Scenario:
     # busy and within the SLOs (TTFT p95 1.75 s), but vLLM preempted 9 requests in two bursts a few
     # minutes apart: the preemption warning is the user's own P2 rule ("sustained preemptions"), so
-    # a warning may fire; nothing may page (today one burst of preemptions pages the KV alert here:
-    # open, see STEADY_BUSY_PAGES in tests/test_scenarios.py)
+    # a warning may fire; nothing may page
     return recorded("steady-busy", step=EVAL_STEP, scrape=scrape, no_page=True)
 
 

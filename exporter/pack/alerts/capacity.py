@@ -60,16 +60,17 @@ def alerts(c: Ctx) -> List[Alert]:
     held_avg = c.rec("vllm_requests_held_back", "avg_over_time" + held)
     episode = c.windows["episode"]
     recent = c.windows["episode_recent"]
+    held_recent = c.rec("vllm_requests_held_back", "avg_over_time" + recent)
     preempt = c.rec("vllm_preemptions", "increase" + c.windows["preemptions"])
     return [
         # Requests held back by the KV cache (waiting for capacity it cannot give, preempted, or
         # rejected) at nearly every evaluation of the window, or, under chronic overload, at a good
-        # share of a longer one: the steady signals (the sidecar's share of its polls where it has it),
-        # never the saw-tooth of usage. Usage alone never fires: vLLM fills its cache by design.
+        # share of a longer one: the steady signals (the sidecar's share of its polls where it has
+        # it), never the saw-tooth of usage. Usage alone never fires: vLLM fills its cache by design.
         Alert("VLLMKVCacheExhausted",
               f"{held_avg} >= {kv['held_back_share']}\n"
               f"or\n(\n  max_over_time({held_avg}[{episode}]) >= {kv['held_back_share']}\n"
-              f"  and on ({by})\n  avg_over_time({held_rec}[{recent}]) >= {kv['episode_share']}\n"
+              f"  and on ({by})\n  {held_recent} >= {kv['episode_share']}\n"
               f"  and on ({by})\n  {held_avg} > {kv['episode_gate']}\n)",
               "critical",
               f"vLLM KV cache cannot take the waiting requests on {who} ({c.model})",
@@ -78,13 +79,16 @@ def alerts(c: Ctx) -> List[Alert]:
               f"at {{{{ $value | humanizePercentage }}}} of the last {c.human(held)} (or of {c.human(episode)} of "
               f"chronic overload). The waiting requests do not fit, whatever the usage gauge reads: new requests "
               f"queue and TTFT climbs. Look for long prompts and lower concurrency."),
-        # ... and, under chronic overload, while the cache still holds requests back and preemptions
-        # came back within windows.episode: one alert per overload, not one per burst
+        # ... and, under chronic overload, while the cache still holds requests back (now, and at
+        # kv_cache.episode_share of windows.episode_recent, as the KV alert's chronic branch: a
+        # request waiting a scrape after the overload ended never reopens it) and preemptions came
+        # back within windows.episode: one alert per overload, not one per burst
         Alert("VLLMPreemptionsSustained",
               f"(\n  {preempt} >= {c.slo['preemptions']['min_events']}\n  and on ({by})\n"
               f"  {preempt} offset {c.windows['preemptions']} > 0\n)\nor\n(\n"
               f"  sum by ({by}) (increase(vllm:num_preemptions_total{s()}[{episode}])) >= "
               f"{c.slo['preemptions']['episode_events']}\n"
+              f"  and on ({by})\n  {held_recent} >= {kv['episode_share']}\n"
               f"  and on ({by})\n  {held_avg} > {kv['episode_gate']}\n)",
               "warning",
               f"vLLM preempting requests on {who} ({c.model})",
