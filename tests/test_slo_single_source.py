@@ -20,16 +20,16 @@ replica_labels: [cluster, namespace, pod]
 runbook_base_url: https://runbooks.example.org/llm
 evaluation_interval: 40s
 windows: {rate: 4m, sustain: 90s, sidecar: 45s, queue_growth: 7m, hardware_errors: 13m, target_seen: 2h,
-          startup: 19m, held_back: 100s, held_back_sparse: 11m, batch_peak: 20h, baseline: 36h, baseline_offset: 25m, baseline_edge: 50m,
-          episode: 35m, episode_recent: 12m, preemptions: 6m}
+          startup: 19m, held_back: 100s, held_back_sparse: 11m, batch_peak: 20h, baseline: 36h, baseline_offset: 25m,
+          baseline_edge: 50m, episode: 35m, episode_recent: 12m, preemptions: 6m}
 labels: {team: llm-serving}
 objectives: {ttft_mean_seconds: 1.25, ttft_p95_seconds: 2.25, output_tokens_per_second: 40, availability: 0.9975}
 availability_sli: engine
 burn_rates:
   page: [{long: 2h, short: 7m, factor: 13}, {long: 8h, short: 40m, factor: 4.5}]
   ticket: [{long: 4d, short: 9h, factor: 1.5}]
-kv_cache: {warn: 0.87, critical: 0.93, held_back_share: 0.8, held_back_scrapes: 6, batch_room: 0.85, max_num_seqs: 24, episode_share: 0.17,
-          episode_gate: 0.04}
+kv_cache: {warn: 0.87, critical: 0.93, held_back_share: 0.8, held_back_scrapes: 6, batch_room: 0.85, max_num_seqs: 24,
+          episode_share: 0.17, episode_gate: 0.04}
 preemptions: {min_events: 7, episode_events: 9}
 long_prompt: {tokens: 7000, surge_factor: 3.5, min_per_second: 0.07, baseline_quantile: 0.92, floor_share: 0.18}
 queue: {min_waiting: 12}

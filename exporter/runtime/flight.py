@@ -54,7 +54,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .collectors.base import PREFIX
 from .collectors.gpu import _GPU_COUNTERS, _GPU_GAUGES
 from .collectors.vllm import DERIVED, POD_DERIVED, RESOLUTION
-from .flight_encode import decode_columns, openmetrics, pack, series_text  # noqa: F401 - openmetrics, series_text: re-exported
+from .flight_encode import PackedBlock, openmetrics, pack, series_text  # noqa: F401 - openmetrics, series_text: re-exported
 from .gpu import THROTTLE_REASONS
 from .inputs import HISTOGRAM
 
@@ -271,30 +271,17 @@ class Schema:
         return p
 
 
-class Block:
-    """Closed polls: one schema, a timestamp per poll, the values compressed column by column."""
+class Block(PackedBlock):
+    """Closed polls: one schema, a timestamp per poll, the values compressed column by column
+    (what the encoder's child reads, ``flight_encode.PackedBlock``), with what the ring needs to
+    keep its memory cap and its pins."""
 
-    __slots__ = ("schema", "times", "data", "n", "nbytes", "pins")
+    __slots__ = ("nbytes", "pins")
 
     def __init__(self, schema: Schema, times: array, data: bytes) -> None:
-        self.schema = schema
-        self.times = times
-        self.data = data
-        self.n = len(times)
+        super().__init__(schema, times, data)
         self.nbytes = _BLOCK_OVERHEAD + len(data) + 8 * len(times)
         self.pins = 0
-
-    @property
-    def t0(self) -> float:
-        return self.times[0]
-
-    @property
-    def t1(self) -> float:
-        return self.times[-1]
-
-    def columns(self) -> List[array]:
-        """The values, one array per series of the schema (in its order)."""
-        return decode_columns(self.data, self.n, len(self.schema.keys))
 
 
 def compress_rows(rows: Sequence[Sequence[float]], width: int, level: int = 6) -> bytes:

@@ -175,6 +175,7 @@ class PackedBlock:
         return self.times[-1]
 
     def columns(self) -> List[array]:
+        """The values, one array per series of the schema (in its order)."""
         return decode_columns(self.data, self.n, len(self.schema.keys))
 
 

@@ -56,7 +56,6 @@ def alerts(c: Ctx) -> List[Alert]:
     sidecar_ratio = f"max by ({by}) (vllm_sidecar_long_prompt_request_ratio{s()})"
     fast = surge(sidecar_now, c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"), sidecar_ratio)
     slow = surge(lr, c.mrec("vllm_long_prompt_requests_per_replica", "rate"), c.rec("vllm_long_prompt_requests", "ratio_rate"))
-    held_rec = c.rec("vllm_requests_held_back", "bool")
     held_avg = c.rec("vllm_requests_held_back", "avg_over_time" + held)
     episode = c.windows["episode"]
     recent = c.windows["episode_recent"]
