@@ -45,3 +45,22 @@ def test_postmortem_needs_a_source(tmp_path):
     r = subprocess.run(["vllm-sidecar-exporter", "postmortem", "--out", str(tmp_path)], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and "--sidecar" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_one_busy_poll_in_the_calm_is_not_long_prompts_arriving():
+    """Seen on the real CPU vLLM: one poll of the calm at twice its median prompt-token rate, 24 s
+    in. Long prompts arriving is the rate over twice the calm's median after the reference quarter,
+    for three polls in a row: the flood at poll 60, not the calm's blip at poll 24."""
+    from exporter.analysis.postmortem import first_events
+    from exporter.analysis.series import Store
+
+    rate = [1000.0] * 120
+    rate[24] = 2500.0  # the calm's blip (inside the reference quarter)
+    rate[40] = 2600.0  # and one after it, alone
+    for i in range(60, 120):
+        rate[i] = 4000.0  # the flood
+    store = Store()
+    labels = (("__name__", "vllm_sidecar_prompt_tokens_per_second"), ("namespace", "e2e"), ("pod", "vllm-0"))
+    store.add(labels, [1_000_000 + 1000 * i for i in range(120)], rate)
+    got = [e for e in first_events(store, {}) if e.what.startswith("long prompts arriving")]
+    assert len(got) == 1 and got[0].t_ms == 1_000_000 + 60_000 and got[0].value == 4000.0, got
