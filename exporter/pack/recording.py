@@ -79,6 +79,12 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     taken for the ceiling) over ``windows.batch_peak``, read from one per-model series. Without
     either (a model with no uncontended history), only the usage explains.
 
+    What keeps a chronic overload's alerts firing between its waves (``vllm_requests_held_back_firm``,
+    averaged over ``windows.episode_recent``) counts stricter evidence from raw series: where a
+    ceiling is known, only waits with the batch below ``kv_cache.batch_room`` of it (a busy
+    replica at its ceiling after an overload, one request waiting a scrape now and then, is not
+    the overload going on).
+
     Where the sidecar serves ``vllm_sidecar_kv_cache_capacity_wait_poll_ratio`` (the share of its 2 s
     polls with requests held back by the cache, the same explanation made at every poll), the
     held-back signal is that share: what a 15-60 s scrape of a saw-toothing gauge cannot sample."""
@@ -99,6 +105,15 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     sidecar_share = f"max by ({by}) (vllm_sidecar_kv_cache_capacity_wait_poll_ratio{s()})"
     held = c.rec("vllm_requests_held_back", "bool")
     wait_share = c.rec("vllm_requests_waiting_capacity", "share")
+    cap_firm = c.rec("vllm_requests_waiting_capacity_firm", "sum")
+
+    def held_back_bool(share: str) -> str:
+        return (f"clamp_max(\n  {share}\n"
+                f"  + on ({by})\n  (\n    ({c.rec('vllm_preemptions', 'rate', c.S2)} > bool 0)\n"
+                f"    * on ({by})\n    (max_over_time({wait_share}[{c.windows['held_back']}]) >= bool "
+                f"{kv['held_back_share']})\n    or on ({by})\n    {wait_share} * 0\n  )\n"
+                f"  + on ({by})\n  (({c.rec('vllm_admission_rejections', 'rate')} > bool 0) or on ({by}) {wait_share} * 0),\n"
+                f"  1\n)")
     return [
         Recording(usage,
                   f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor\nmax by ({by}) (vllm:gpu_cache_usage_perc{s()})"),
@@ -120,6 +135,16 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
                   f"    max_over_time({usage}[{c.windows['held_back']}]) >= {kv['warn']}\n    or on ({by})\n"
                   f"    {running} < on ({svc}) group_left () ({kv['batch_room']} * {ceiling})\n  )\n)\n"
                   f"or\n{reason} * 0"),
+        # ... and those only the batch's room explains: where a ceiling is known, a wait with the
+        # batch at it is the batch's, whatever the usage gauge reads (what keeps a chronic overload's
+        # alerts firing between waves counts only these: a busy replica at its ceiling after an
+        # overload, one request waiting a scrape now and then, never reopens it)
+        Recording(cap_firm,
+                  f"(\n  {reason} > 0\n  and on ({by})\n  (\n"
+                  f"    {running} < on ({svc}) group_left () ({kv['batch_room']} * {ceiling})\n    or on ({by})\n"
+                  f"    (max_over_time({usage}[{c.windows['held_back']}]) >= {kv['warn']} unless on ({svc}) {ceiling})\n"
+                  f"  )\n)\n"
+                  f"or\n{reason} * 0"),
         # requests waiting for capacity the cache cannot give (0-1): the sidecar's share of its polls
         # where it has it, else 1 while the raw series show KV-bound waiters
         Recording(wait_share, f"{sidecar_share}\nor on ({by})\n({cap} > bool 0)"),
@@ -129,13 +154,10 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         # polls and waves of a sustained hold-back they fill in, but a burst of them on a busy
         # replica whose waits are brief spells (the sidecar: a few % of its polls) pages nothing:
         # that is the preemption warning's business
-        Recording(c.rec("vllm_requests_held_back", "bool"),
-                  f"clamp_max(\n  {wait_share}\n"
-                  f"  + on ({by})\n  (\n    ({c.rec('vllm_preemptions', 'rate', c.S2)} > bool 0)\n"
-                  f"    * on ({by})\n    (max_over_time({wait_share}[{c.windows['held_back']}]) >= bool "
-                  f"{kv['held_back_share']})\n    or on ({by})\n    {wait_share} * 0\n  )\n"
-                  f"  + on ({by})\n  (({c.rec('vllm_admission_rejections', 'rate')} > bool 0) or on ({by}) {wait_share} * 0),\n"
-                  f"  1\n)"),
+        Recording(c.rec("vllm_requests_held_back", "bool"), held_back_bool(wait_share)),
+        # the same from the waits only the batch's room explains (the sidecar's share where it has it)
+        Recording(c.rec("vllm_requests_held_back_firm", "bool"),
+                  held_back_bool(f"({sidecar_share}\n  or on ({by})\n  ({cap_firm} > bool 0))")),
         # its share over the held-back window, recorded so that the KV alert can ask whether it was
         # reached at some point of a longer window (a chronic overload is one episode)
         # (only once the replica has a whole window of it: a pod's first sample is no share)
@@ -154,7 +176,7 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         # its share over windows.episode_recent: what keeps a chronic overload's alerts firing
         # between waves
         Recording(c.rec("vllm_requests_held_back", "avg_over_time" + c.windows["episode_recent"]),
-                  f"avg_over_time({held}[{c.windows['episode_recent']}])"),
+                  f"avg_over_time({c.rec('vllm_requests_held_back_firm', 'bool')}[{c.windows['episode_recent']}])"),
     ]
 
 
