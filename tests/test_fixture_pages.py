@@ -1,0 +1,170 @@
+"""Checks the vLLM pages the P/D, speculative-decoding and sleep work is tested on
+(tests/fixtures/vllm-0.33/, made by scripts/make_vllm_pages.py with vLLM 0.33.0's own logger, and
+the real CPU-vLLM captures beside it): each page parses with prometheus_client's parser, carries
+the vLLM series the sidecar reads with the type and labels docs and rules rely on, and each shape
+shows what its PROVENANCE.md says it shows. A check of the fixtures, not of the product.
+"""
+
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+V033 = FIXTURES / "vllm-0.33"
+SHAPES = sorted(p.name for p in V033.iterdir() if p.is_dir())
+CONSUMERS = {"kv_consumer", "kv_consumer_failing", "kv_consumer_recomputing", "kv_both"}
+CONNECTOR_SHAPES = CONSUMERS | {"kv_producer"}
+
+NIXL_HISTOGRAMS = ["vllm:nixl_xfer_time_seconds", "vllm:nixl_post_time_seconds", "vllm:nixl_bytes_transferred",
+                   "vllm:nixl_num_descriptors"]
+NIXL_COUNTERS = ["vllm:nixl_num_failed_transfers", "vllm:nixl_num_failed_notifications",
+                 "vllm:nixl_num_kv_expired_reqs", "vllm:nixl_num_notifications_after_expiry"]
+SPEC_COUNTERS = ["vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
+                 "vllm:spec_decode_num_accepted_tokens"]
+ALWAYS = {"vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge",
+          "vllm:engine_sleep_state": "gauge", "vllm:prompt_tokens_by_source": "counter",
+          "vllm:generation_tokens": "counter", "vllm:kv_cache_usage_perc": "gauge"}
+
+
+class Page:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.families = {f.name: f for f in text_string_to_metric_families(path.read_text())}
+
+    def value(self, sample: str, **labels: str) -> float:
+        """The one sample of that name whose labels include ``labels``."""
+        family = self.families[_family_of(sample)]
+        hits = [s.value for s in family.samples if s.name == sample and labels.items() <= s.labels.items()]
+        assert len(hits) == 1, f"{self.path}: {sample}{labels}: {len(hits)} samples"
+        return hits[0]
+
+    def vllm_samples(self) -> dict:
+        """Every vllm: sample but the *_created timestamps, keyed by name and labels."""
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in self.families.values() if f.name.startswith("vllm:")
+                for s in f.samples if not s.name.endswith("_created")}
+
+
+def _family_of(sample: str) -> str:
+    for suffix in ("_total", "_bucket", "_count", "_sum"):
+        if sample.endswith(suffix):
+            return sample[: -len(suffix)]
+    return sample
+
+
+def polls(shape_dir: Path) -> list:
+    paths = sorted(shape_dir.glob("poll-*.txt"), key=lambda p: int(p.stem.split("-")[1]))
+    assert len(paths) >= 2, f"{shape_dir}: fewer than two polls"
+    return [Page(p) for p in paths]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_page_has_the_series_with_vllms_types_and_labels(shape):
+    for page in polls(V033 / shape):
+        fam = page.families
+        for name, kind in ALWAYS.items():
+            assert fam[name].type == kind, (page.path, name)
+        assert {s.labels["sleep_state"] for s in fam["vllm:engine_sleep_state"].samples} == \
+            {"awake", "weights_offloaded", "discard_all"}
+        sources = {s.labels["source"] for s in fam["vllm:prompt_tokens_by_source"].samples if s.name.endswith("_total")}
+        assert sources == {"local_compute", "local_cache_hit", "external_kv_transfer"}
+        for f in fam.values():
+            for s in f.samples:
+                if f.name.startswith("vllm:") and "model_name" in s.labels:
+                    assert s.labels["model_name"] == "llama-3-70b"
+                    # vLLM's frontend-level admission_rejections has no engine label
+                    assert s.labels.get("engine", "0") == "0"
+        connector = shape in CONNECTOR_SHAPES
+        for name in NIXL_HISTOGRAMS:
+            assert (fam[name].type == "histogram") if connector else name not in fam, (page.path, name)
+        for name in NIXL_COUNTERS:
+            assert (fam[name].type == "counter") if connector else name not in fam, (page.path, name)
+            if connector:
+                page.value(name + "_total")
+        for name in ("vllm:external_prefix_cache_hits", "vllm:external_prefix_cache_queries"):
+            assert fam[name].type == "counter", (page.path, name)
+        if shape in CONSUMERS:
+            stages = {s.labels["stage"]: s.value for s in fam["vllm:num_requests_kv_fetch_by_stage"].samples}
+            assert fam["vllm:num_requests_kv_fetch_by_stage"].type == "gauge"
+            assert set(stages) == {"waiting_to_start", "in_progress", "completed_waiting"}
+        else:  # vLLM registers the stage gauge for kv_consumer and kv_both only
+            assert "vllm:num_requests_kv_fetch_by_stage" not in fam
+        spec = shape.startswith("spec")
+        for name in SPEC_COUNTERS + ["vllm:spec_decode_num_accepted_tokens_per_pos"]:
+            assert (fam[name].type == "counter") if spec else name not in fam, (page.path, name)
+        if spec:
+            positions = {s.labels["position"] for s in fam["vllm:spec_decode_num_accepted_tokens_per_pos"].samples
+                         if s.name.endswith("_total")}
+            assert positions == {"0", "1", "2"}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_counters_never_go_back_and_frozen_shapes_stay_frozen(shape):
+    pages = polls(V033 / shape)
+    for a, b in zip(pages, pages[1:]):
+        sa, sb = a.vllm_samples(), b.vllm_samples()
+        assert set(sa) == set(sb)
+        for key, v in sa.items():
+            if key[0].endswith(("_total", "_count", "_sum", "_bucket")):
+                assert sb[key] >= v, key
+        moved = {k for k in sa if sa[k] != sb[k]}
+        if shape in ("wedged", "sleeping", "sleeping_level2"):
+            assert not moved, f"{shape}: {sorted(moved)[:5]} changed between polls"
+        else:
+            assert ("vllm:generation_tokens_total", (("engine", "0"), ("model_name", "llama-3-70b"))) in moved
+
+
+def delta(pages, sample, **labels):
+    return pages[-1].value(sample, **labels) - pages[0].value(sample, **labels)
+
+
+def transferred_share(pages) -> float:
+    by = {s: delta(pages, "vllm:prompt_tokens_by_source_total", source=s)
+          for s in ("local_compute", "local_cache_hit", "external_kv_transfer")}
+    return by["external_kv_transfer"] / sum(by.values())
+
+
+def test_pd_shapes_show_what_their_provenance_says():
+    consumer, producer = polls(V033 / "kv_consumer"), polls(V033 / "kv_producer")
+    recomputing, both = polls(V033 / "kv_consumer_recomputing"), polls(V033 / "kv_both")
+    failing = polls(V033 / "kv_consumer_failing")
+    assert transferred_share(consumer) > 0.8
+    assert 0.2 < transferred_share(both) < 0.8
+    assert transferred_share(producer) == 0 and transferred_share(recomputing) == 0
+    # the silent failure: the connector is asked, finds nothing, no transfer and no failure counted
+    assert delta(recomputing, "vllm:external_prefix_cache_queries_total") > 0
+    assert delta(recomputing, "vllm:external_prefix_cache_hits_total") == 0
+    assert delta(recomputing, "vllm:nixl_xfer_time_seconds_count") == 0
+    assert recomputing[-1].value("vllm:nixl_num_failed_transfers_total") == 0
+    # transfers on the reader, leases expiring on the producer
+    assert delta(consumer, "vllm:nixl_xfer_time_seconds_count") > 0
+    assert delta(producer, "vllm:nixl_xfer_time_seconds_count") == 0
+    assert producer[-1].value("vllm:nixl_num_kv_expired_reqs_total") > 0
+    assert producer[-1].value("vllm:nixl_num_notifications_after_expiry_total") > 0
+    assert consumer[-1].value("vllm:nixl_num_failed_transfers_total") > 0
+    assert max(p.value("vllm:num_requests_kv_fetch_by_stage", stage="in_progress") for p in consumer) > 0
+    ok, failed = (delta(failing, "vllm:nixl_xfer_time_seconds_count"),
+                  delta(failing, "vllm:nixl_num_failed_transfers_total"))
+    assert failed / (ok + failed) > 0.2
+    # a producer prefills: prompt tokens far above output tokens, nothing left running
+    assert delta(producer, "vllm:generation_tokens_total") * 50 < delta(producer, "vllm:prompt_tokens_total")
+
+
+def test_spec_sleep_and_wedge_shapes_show_what_their_provenance_says():
+    spec = polls(V033 / "spec_eagle3")
+    drafts, draft_tokens = delta(spec, "vllm:spec_decode_num_drafts_total"), \
+        delta(spec, "vllm:spec_decode_num_draft_tokens_total")
+    accepted = delta(spec, "vllm:spec_decode_num_accepted_tokens_total")
+    assert draft_tokens == 3 * drafts and 0.3 < accepted / draft_tokens < 0.8
+    per_pos = [delta(spec, "vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(i)) for i in range(3)]
+    assert per_pos[0] > per_pos[1] > per_pos[2] > 0 and sum(per_pos) == accepted
+    for shape, level in (("sleeping", "weights_offloaded"), ("sleeping_level2", "discard_all")):
+        for page in polls(V033 / shape):
+            assert page.value("vllm:engine_sleep_state", sleep_state="awake") == 0
+            assert page.value("vllm:engine_sleep_state", sleep_state=level) == 1
+            assert page.value("vllm:num_requests_running") == 0
+            assert page.value("vllm:generation_tokens_total") > 0  # it served before it slept
+    for page in polls(V033 / "wedged"):
+        assert page.value("vllm:num_requests_running") == 0 and page.value("vllm:num_requests_waiting") > 0
+        assert page.value("vllm:engine_sleep_state", sleep_state="awake") == 1
