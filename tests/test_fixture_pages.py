@@ -168,3 +168,45 @@ def test_spec_sleep_and_wedge_shapes_show_what_their_provenance_says():
     for page in polls(V033 / "wedged"):
         assert page.value("vllm:num_requests_running") == 0 and page.value("vllm:num_requests_waiting") > 0
         assert page.value("vllm:engine_sleep_state", sleep_state="awake") == 1
+
+
+CPU_PD = FIXTURES / "vllm-cpu-pd"
+
+
+def cpu_pd(name: str) -> Page:
+    return Page(CPU_PD / f"{name}.txt")
+
+
+def test_real_cpu_pd_pages_carry_the_connector_series_by_role():
+    for name in ("prefill-before", "prefill-after", "decode-before", "decode-during", "decode-after",
+                 "decode-after-bypass"):
+        page = cpu_pd(name)
+        fam = page.families
+        assert fam["vllm:prompt_tokens_by_source"].type == "counter"
+        assert fam["vllm:external_prefix_cache_hits"].type == "counter"
+        assert fam["vllm:external_prefix_cache_queries"].type == "counter"
+        assert not any(n.startswith("vllm:nixl_") for n in fam)  # ExampleConnector defines no metrics
+        if name.startswith("decode"):
+            assert fam["vllm:num_requests_kv_fetch_by_stage"].type == "gauge"
+            stages = {s.labels["stage"] for s in fam["vllm:num_requests_kv_fetch_by_stage"].samples}
+            assert stages == {"waiting_to_start", "in_progress", "completed_waiting"}
+        else:
+            assert "vllm:num_requests_kv_fetch_by_stage" not in fam
+
+
+def test_real_cpu_decode_instance_loads_the_prefill_instances_kv():
+    before, after, bypass = cpu_pd("decode-before"), cpu_pd("decode-after"), cpu_pd("decode-after-bypass")
+    assert transferred_share([before, after]) > 0.9
+    assert delta([before, after], "vllm:external_prefix_cache_hits_total") > 0
+    # prompts that skipped the prefill instance were recomputed on the decode instance
+    assert delta([after, bypass], "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 0
+    assert delta([after, bypass], "vllm:prompt_tokens_by_source_total", source="local_compute") > 1000
+    assert delta([after, bypass], "vllm:external_prefix_cache_hits_total") == 0
+    p0, p1 = cpu_pd("prefill-before"), cpu_pd("prefill-after")
+    computed = delta([p0, p1], "vllm:prompt_tokens_by_source_total", source="local_compute")
+    assert computed > 0 and transferred_share([p0, p1]) == 0
+    assert delta([p0, p1], "vllm:external_prefix_cache_queries_total") == computed
+    assert delta([p0, p1], "vllm:external_prefix_cache_hits_total") == 0
+    # the prefill instance answers each request with one token; the decode instance does the rest
+    assert delta([p0, p1], "vllm:generation_tokens_total") == delta([p0, p1], "vllm:request_success_total",
+                                                                     finished_reason="length")
