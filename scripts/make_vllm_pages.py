@@ -74,6 +74,7 @@ class Shape:
 
     name: str
     doc: str
+    seed: int = 0  # added to --seed (fixed per shape, so one shape can be re-made alone)
     kv_role: Optional[str] = None  # kv_producer | kv_consumer | kv_both; None: no connector
     tp: int = 2
     spec_tokens: int = 0  # EAGLE-3 draft length; 0: no speculative decoding
@@ -102,26 +103,26 @@ SHAPES = [
           "no transfers read here, a few KV leases expiring before the decode side read them",
           kv_role="kv_producer", tp=1, arrivals_per_s=8.0, output_len=(1, 1), local_hit_share=0.5,
           token_budget=600, expire_every=40, late_notif_every=60, lease_steps=10,
-          kv_capacity_tokens=120_000),
+          kv_capacity_tokens=120_000, seed=0),
     Shape("kv_consumer", "decode instance (NixlConnector kv_consumer, TP2): prompt KV read from the prefill side over "
           "NIXL, a few failed transfers and notifications, requests waiting in each KV-fetch stage",
           kv_role="kv_consumer", transfer_share=1.0, local_hit_share=0.1, fail_every=50, notif_fail_every=120,
-          expire_every=140),
+          expire_every=140, seed=1),
     Shape("kv_consumer_failing", "decode instance (kv_consumer) whose NIXL reads fail often: every third transfer "
-          "fails and its prompt is recomputed locally (vLLM's default kv_load_failure_policy), notifications fail too",
-          kv_role="kv_consumer", transfer_share=1.0, local_hit_share=0.1, fail_every=3, notif_fail_every=10),
+          "fails and its prompt is recomputed locally (kv_load_failure_policy recompute), notifications fail too",
+          kv_role="kv_consumer", transfer_share=1.0, local_hit_share=0.1, fail_every=3, notif_fail_every=10, seed=2),
     Shape("kv_both", "kv_both instance (NixlConnector kv_both, TP2): half of the requests prefilled here, half with KV "
-          "read from a peer", kv_role="kv_both", transfer_share=0.5, fail_every=80, expire_every=100),
+          "read from a peer", kv_role="kv_both", transfer_share=0.5, fail_every=80, expire_every=100, seed=2),
     Shape("kv_consumer_recomputing", "decode instance (kv_consumer) whose transfers silently stopped: the connector "
           "is asked, finds nothing, and every prompt is computed locally; no failure counted",
-          kv_role="kv_consumer", transfer_share=1.0, transfers_work=False, local_hit_share=0.1),
+          kv_role="kv_consumer", transfer_share=1.0, transfers_work=False, local_hit_share=0.1, seed=3),
     Shape("spec_eagle3", "EAGLE-3 speculative decoding, num_speculative_tokens 3 (TP2, no connector): per-position "
-          "acceptance falling with the position", spec_tokens=3),
+          "acceptance falling with the position", spec_tokens=3, seed=4),
     Shape("sleeping", "engine put to sleep at level 1 (weights offloaded) after serving: engine_sleep_state "
-          "awake=0 weights_offloaded=1, nothing running, counters frozen", sleep_level=1),
-    Shape("sleeping_level2", "engine put to sleep at level 2 (discard_all=1)", sleep_level=2),
+          "awake=0 weights_offloaded=1, nothing running, counters frozen", sleep_level=1, seed=5),
+    Shape("sleeping_level2", "engine put to sleep at level 2 (discard_all=1)", sleep_level=2, seed=6),
     Shape("wedged", "wedged engine: requests waiting, none running, no iteration and no token after the wedge "
-          "(every vllm: sample equal on all pages)", wedge=True, arrivals_per_s=3.0),
+          "(every vllm: sample equal on all pages)", wedge=True, arrivals_per_s=3.0, seed=7),
 ]
 
 
@@ -150,7 +151,10 @@ def build_config(shape: Shape, base: Path, head: Path):
     kw = dict(model_config=mc, parallel_config=pc, device_config=DeviceConfig(device="cuda"),
               cache_config=CacheConfig(block_size=16, gpu_memory_utilization=0.9, enable_prefix_caching=True))
     if shape.kv_role:
-        kw["kv_transfer_config"] = KVTransferConfig(kv_connector="NixlConnector", kv_role=shape.kv_role)
+        # the toy engine prefills a request whose KV read failed locally: vLLM's "recompute" policy
+        # (its default, "fail", would end such a request with finished_reason "error")
+        kw["kv_transfer_config"] = KVTransferConfig(kv_connector="NixlConnector", kv_role=shape.kv_role,
+                                                    kv_load_failure_policy="recompute")
     if shape.spec_tokens:
         kw["speculative_config"] = SpeculativeConfig(method="eagle3", model=str(head),
                                                      num_speculative_tokens=shape.spec_tokens,
@@ -326,7 +330,7 @@ class Engine:
         self.transfers += 1
         if s.fail_every and self.transfers % s.fail_every == 0:
             nixl.record_failed_transfer()
-            # vLLM's default kv_load_failure_policy recomputes: the request is prefilled here
+            # kv_load_failure_policy "recompute" (set in build_config): the request is prefilled here
             r.remote = False
             return
         if s.notif_fail_every and self.transfers % s.notif_fail_every == 0:
@@ -415,10 +419,10 @@ def main(argv: Optional[list] = None) -> int:
     only = {n for n in args.only.split(",") if n}
     with tempfile.TemporaryDirectory() as tmp:
         base, head = write_model_dirs(Path(tmp))
-        for i, shape in enumerate(SHAPES):
+        for shape in SHAPES:
             if only and shape.name not in only:
                 continue
-            for p in make_shape(shape, Path(args.out) / shape.name, base, head, args.seed + i):
+            for p in make_shape(shape, Path(args.out) / shape.name, base, head, args.seed + shape.seed):
                 print(p)
     return 0
 

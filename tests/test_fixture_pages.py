@@ -5,6 +5,8 @@ the vLLM series the sidecar reads with the type and labels docs and rules rely o
 shows what its PROVENANCE.md says it shows. A check of the fixtures, not of the product.
 """
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -229,3 +231,17 @@ def test_real_cpu_ngram_pages_carry_the_spec_series_and_show_each_phase():
     # sampled at temperature 1: tokens generated, no draft made
     assert delta([rnd, smp], "vllm:generation_tokens_total") > 0
     assert delta([rnd, smp], "vllm:spec_decode_num_drafts_total") == 0
+
+
+@pytest.mark.skipif(not os.environ.get("VLLM033_PYTHON"),
+                    reason="VLLM033_PYTHON (a Python with vLLM 0.33.0, see scripts/make_vllm_pages.py) not set")
+def test_make_vllm_pages_remakes_the_committed_pages(tmp_path):
+    """The script re-makes the committed pages: the same vllm: samples, *_created aside."""
+    shapes = ["kv_consumer", "spec_eagle3", "wedged"]
+    r = subprocess.run([os.environ["VLLM033_PYTHON"], str(FIXTURES.parents[1] / "scripts" / "make_vllm_pages.py"),
+                        "--out", str(tmp_path), "--only", ",".join(shapes)],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    for shape in shapes:
+        for old, new in zip(polls(V033 / shape), polls(tmp_path / shape)):
+            assert old.vllm_samples() == new.vllm_samples(), (shape, old.path.name)
