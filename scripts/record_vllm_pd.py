@@ -7,6 +7,7 @@ stopped by its process group (the EngineCore children survive a kill of the API 
 
     python scripts/record_vllm_pd.py pd --proxy /tmp/disagg_prefill_proxy_server.py \\
         --proxy-python /tmp/proxy-venv/bin/python --out tests/fixtures/vllm-cpu-pd
+    python scripts/record_vllm_pd.py pd-series --proxy ... --proxy-python ... --out tests/fixtures/vllm-cpu-pd
     python scripts/record_vllm_pd.py spec --out tests/fixtures/vllm-cpu-spec
     python scripts/record_vllm_pd.py sleep --out /tmp/sleep   # the CPU build refuses it (below)
 
@@ -26,6 +27,8 @@ in tests/fixtures/vllm-cpu-pd/PROVENANCE.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import random
@@ -33,6 +36,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import urllib.error
@@ -205,10 +209,12 @@ class Poller(threading.Thread):
                     pass
 
 
-def run_pd(args, py: str, model: Path, work: Path) -> None:
+@contextlib.contextmanager
+def pd_pair(args, py: str, model: Path, work: Path):
+    """A kv_producer and a kv_consumer sharing one ExampleConnector store, and vLLM's proxy in front;
+    yields (prefill, decode, proxy, store); stops all three by process group."""
     store = work / "kvstore"
-    store.mkdir()
-    vocab = json.loads((model / "vocab-size.json").read_text())["vocab_size"]
+    store.mkdir(exist_ok=True)
     servers = []
     try:
         for name, role in (("prefill", "kv_producer"), ("decode", "kv_consumer")):
@@ -223,6 +229,17 @@ def run_pd(args, py: str, model: Path, work: Path) -> None:
                                  "--decode-url", d.url], work, {}, port)
         servers.append(proxy)
         proxy.wait_ready("/v1/completions", timeout=60)
+        yield p, d, proxy, store
+    finally:
+        for s in reversed(servers):
+            s.stop()
+        for s in servers:
+            print(f"--- {s.name} log tail\n{s.tail(15)}", flush=True)
+
+
+def run_pd(args, py: str, model: Path, work: Path) -> None:
+    vocab = json.loads((model / "vocab-size.json").read_text())["vocab_size"]
+    with pd_pair(args, py, model, work) as (p, d, proxy, store):
         out = Path(args.out)
         save(out, "prefill-before.txt", get(p.url + "/metrics"))
         save(out, "decode-before.txt", get(d.url + "/metrics"))
@@ -252,11 +269,41 @@ def run_pd(args, py: str, model: Path, work: Path) -> None:
         time.sleep(6)
         save(out, "decode-after-bypass.txt", get(d.url + "/metrics"))
         print("store folders:", len(list(store.iterdir())), flush=True)
-    finally:
-        for s in reversed(servers):
-            s.stop()
-        for s in servers:
-            print(f"--- {s.name} log tail\n{s.tail(15)}", flush=True)
+
+
+def run_pd_series(args, py: str, model: Path, work: Path) -> None:
+    """Both pages every 5 s through three phases: requests through the pair, the same load sent
+    straight to the decode instance (the prefill leg lost: it recomputes), then idle. Written as
+    ``series.tar.gz`` (``prefill/<unix-s>.prom``, ``decode/<unix-s>.prom``) and ``series.json``."""
+    vocab = json.loads((model / "vocab-size.json").read_text())["vocab_size"]
+    with pd_pair(args, py, model, work) as (p, d, proxy, _store):
+        poller = Poller([p, d])
+        phases = {"start": time.time()}
+        poller.start()
+        time.sleep(12)
+        for i, (name, url) in enumerate((("through_pair", proxy.url), ("bypass", d.url))):
+            phases[name] = time.time()
+            res, end = [], time.monotonic() + args.phase_seconds
+            while time.monotonic() < end:
+                res += flood(url, prompts(vocab, args.concurrency, 600, 1800, 10 + len(res) + 1000 * i),
+                             args.max_tokens, args.concurrency)
+            print(name, len(res), "requests, statuses", sorted(set(r[0] for r in res)), flush=True)
+        phases["idle"] = time.time()
+        time.sleep(20)
+        poller.done.set()
+        poller.join()
+        phases["end"] = time.time()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out / "series.tar.gz", "w:gz") as tar:
+        for name, t, text in poller.pages:
+            data = text.encode()
+            info = tarfile.TarInfo(f"{name}/{t:.3f}.prom")
+            info.size, info.mtime = len(data), int(t)
+            tar.addfile(info, io.BytesIO(data))
+    (out / "series.json").write_text(json.dumps({"phases_unix_s": phases, "poll_every_s": poller.every,
+                                                 "pages": len(poller.pages)}, indent=1) + "\n")
+    print("wrote", out / "series.tar.gz", len(poller.pages), "pages", flush=True)
 
 
 def run_spec(args, py: str, model: Path, work: Path) -> None:
@@ -317,13 +364,14 @@ def run_sleep(args, py: str, model: Path, work: Path) -> None:
 
 def main(argv: list | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("shape", choices=["pd", "spec", "sleep"])
+    ap.add_argument("shape", choices=["pd", "pd-series", "spec", "sleep"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--proxy", help="a copy of vLLM's disagg_prefill_proxy_server.py (pd)")
     ap.add_argument("--proxy-python", default=sys.executable)
     ap.add_argument("--requests", type=int, default=24)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--phase-seconds", type=float, default=45, help="pd-series: seconds of each load phase")
     ap.add_argument("--workdir", help="kept when given (logs, the KV store); a temporary folder otherwise")
     args = ap.parse_args(argv)
     py = vllm_python()
@@ -335,7 +383,7 @@ def main(argv: list | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        {"pd": run_pd, "spec": run_spec, "sleep": run_sleep}[args.shape](args, py, model, work)
+        {"pd": run_pd, "pd-series": run_pd_series, "spec": run_spec, "sleep": run_sleep}[args.shape](args, py, model, work)
     return 0
 
 

@@ -5,8 +5,10 @@ the vLLM series the sidecar reads with the type and labels docs and rules rely o
 shows what its PROVENANCE.md says it shows. A check of the fixtures, not of the product.
 """
 
+import json
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -30,9 +32,9 @@ ALWAYS = {"vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "ga
 
 
 class Page:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, text: str = "") -> None:
         self.path = path
-        self.families = {f.name: f for f in text_string_to_metric_families(path.read_text())}
+        self.families = {f.name: f for f in text_string_to_metric_families(text or path.read_text())}
 
     def value(self, sample: str, **labels: str) -> float:
         """The one sample of that name whose labels include ``labels``."""
@@ -245,3 +247,37 @@ def test_make_vllm_pages_remakes_the_committed_pages(tmp_path):
     for shape in shapes:
         for old, new in zip(polls(V033 / shape), polls(tmp_path / shape)):
             assert old.vllm_samples() == new.vllm_samples(), (shape, old.path.name)
+
+
+def cpu_pd_series() -> tuple:
+    """{server: [(unix seconds, Page)]} from series.tar.gz, and the phase boundaries."""
+    meta = json.loads((CPU_PD / "series.json").read_text())["phases_unix_s"]
+    out: dict = {}
+    with tarfile.open(CPU_PD / "series.tar.gz") as tar:
+        for m in tar.getmembers():
+            server, name = m.name.split("/")
+            page = Page(CPU_PD / "series.tar.gz" / m.name, tar.extractfile(m).read().decode())
+            out.setdefault(server, []).append((float(name[: -len(".prom")]), page))
+    return {k: sorted(v, key=lambda tp: tp[0]) for k, v in out.items()}, meta
+
+
+def test_real_cpu_pd_series_shows_transfer_then_recompute():
+    series, phases = cpu_pd_series()
+    assert set(series) == {"prefill", "decode"} and all(len(v) >= 20 for v in series.values())
+
+    def last_before(server, t):
+        return [p for ts, p in series[server] if ts <= t][-1]
+
+    dec = {name: last_before("decode", phases[name]) for name in ("through_pair", "bypass", "end")}
+    # a poll is up to 5 s older than the boundary it precedes: the idle phase is read from a page
+    # taken after every request had finished
+    settled = [p for ts, p in series["decode"] if ts >= phases["idle"] + 1][0]
+    through, bypass, idle = ([dec["through_pair"], dec["bypass"]], [dec["bypass"], settled], [settled, dec["end"]])
+    assert transferred_share(through) > 0.8
+    assert delta(bypass, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 0
+    assert delta(bypass, "vllm:prompt_tokens_by_source_total", source="local_compute") > 5000
+    assert delta(idle, "vllm:generation_tokens_total") == 0
+    pre = [last_before("prefill", phases["bypass"]), last_before("prefill", phases["end"])]
+    assert delta(pre, "vllm:prompt_tokens_total") == 0  # the prefill side saw nothing of the bypass
+    for _, page in series["decode"] + series["prefill"]:
+        assert page.families["vllm:prompt_tokens_by_source"].type == "counter"
