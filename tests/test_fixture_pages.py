@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.runtime.exposition import parse
+from helpers import ours, reference, same
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 V033 = FIXTURES / "vllm-0.33"
 SHAPES = sorted(p.name for p in V033.iterdir() if p.is_dir())
@@ -281,3 +284,17 @@ def test_real_cpu_pd_series_shows_transfer_then_recompute():
     assert delta(pre, "vllm:prompt_tokens_total") == 0  # the prefill side saw nothing of the bypass
     for _, page in series["decode"] + series["prefill"]:
         assert page.families["vllm:prompt_tokens_by_source"].type == "counter"
+
+
+def all_new_pages() -> list:
+    pages = [p for shape in SHAPES for p in sorted((V033 / shape).glob("poll-*.txt"))]
+    pages += sorted(CPU_PD.glob("*.txt")) + sorted((FIXTURES / "vllm-cpu-spec").glob("*.txt"))
+    return pages
+
+
+@pytest.mark.parametrize("path", all_new_pages(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_sidecars_parser_reads_every_new_page_as_prometheus_client_does(path):
+    text = path.read_text()
+    page = parse(text)
+    assert page.malformed == 0
+    same(ours(page), reference(text))
