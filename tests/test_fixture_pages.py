@@ -289,6 +289,7 @@ def test_real_cpu_pd_series_shows_transfer_then_recompute():
 def all_new_pages() -> list:
     pages = [p for shape in SHAPES for p in sorted((V033 / shape).glob("poll-*.txt"))]
     pages += sorted(CPU_PD.glob("*.txt")) + sorted((FIXTURES / "vllm-cpu-spec").glob("*.txt"))
+    pages += sorted((FIXTURES / "vllm-cpu-nixl").glob("*.txt"))
     return pages
 
 
@@ -298,3 +299,31 @@ def test_the_sidecars_parser_reads_every_new_page_as_prometheus_client_does(path
     page = parse(text)
     assert page.malformed == 0
     same(ours(page), reference(text))
+
+
+CPU_NIXL = FIXTURES / "vllm-cpu-nixl"
+
+
+def test_real_cpu_nixl_pages_have_vllms_nixl_series_on_both_roles():
+    for path in sorted(CPU_NIXL.glob("*.txt")):
+        fam = Page(path).families
+        for name in NIXL_HISTOGRAMS:
+            assert fam[name].type == "histogram", (path.name, name)
+        for name in NIXL_COUNTERS:
+            assert fam[name].type == "counter", (path.name, name)
+        assert ("vllm:num_requests_kv_fetch_by_stage" in fam) == path.name.startswith("decode")
+
+
+def test_real_cpu_nixl_decode_reads_every_prompt_and_the_producer_counts_expiry():
+    d0, d1, d2 = (Page(CPU_NIXL / f"decode-{n}.txt") for n in ("before", "during-1", "during-2"))
+    p0, p1 = Page(CPU_NIXL / "prefill-before.txt"), Page(CPU_NIXL / "prefill-during-1.txt")
+    transfers = delta([d0, d1], "vllm:nixl_xfer_time_seconds_count")
+    assert transfers == 5 and delta([d0, d1], "vllm:nixl_bytes_transferred_sum") > 0
+    assert transferred_share([d0, d1]) == 1.0
+    assert d1.value("vllm:nixl_num_failed_transfers_total") == 0
+    assert delta([d1, d2], "vllm:generation_tokens_total") > 0  # still decoding on the second page
+    # the reader counts transfers; leases and late notifications are counted on the producer
+    assert delta([p0, p1], "vllm:nixl_xfer_time_seconds_count") == 0
+    assert p1.value("vllm:nixl_num_kv_expired_reqs_total") == 1
+    assert p1.value("vllm:nixl_num_notifications_after_expiry_total") == 1
+    assert transferred_share([p0, p1]) == 0
