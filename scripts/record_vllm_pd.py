@@ -340,7 +340,7 @@ def run_pd_nixl(args, py: str, model: Path, work: Path) -> None:
         dp = get(d.url + "/metrics")
         print("probe", status, sample(dp, "vllm:nixl_xfer_time_seconds_count"),
               sample(dp, "vllm:prompt_tokens_by_source_total"), flush=True)
-        poller = Poller([p, d])
+        poller = Poller([p, d], every=2.0)
         poller.start()
         res = flood(proxy.url, prompts(vocab, args.requests, 800, 2400, 1), args.max_tokens, args.concurrency)
         print("flood statuses", sorted(set(r[0] for r in res)), flush=True)
@@ -352,6 +352,10 @@ def run_pd_nixl(args, py: str, model: Path, work: Path) -> None:
                       key=lambda pg: sum(sample(pg[2], "vllm:num_requests_running").values()), default=None)
         if busiest:
             save(out, "decode-during.txt", busiest[2])
+        fetching = [pg for pg in poller.pages if pg[0] == "decode"
+                    and sum(sample(pg[2], "vllm:num_requests_kv_fetch_by_stage").values()) > 0]
+        if fetching:
+            save(out, "decode-fetching.txt", fetching[0][2])
     finally:
         for s in reversed(servers):
             s.stop()

@@ -178,6 +178,7 @@ def test_spec_sleep_and_wedge_shapes_show_what_their_provenance_says():
 
 
 CPU_PD = FIXTURES / "vllm-cpu-pd"
+CPU_NIXL = FIXTURES / "vllm-cpu-nixl"
 
 
 def cpu_pd(name: str) -> Page:
@@ -289,7 +290,7 @@ def test_real_cpu_pd_series_shows_transfer_then_recompute():
 def all_new_pages() -> list:
     pages = [p for shape in SHAPES for p in sorted((V033 / shape).glob("poll-*.txt"))]
     pages += sorted(CPU_PD.glob("*.txt")) + sorted((FIXTURES / "vllm-cpu-spec").glob("*.txt"))
-    pages += sorted((FIXTURES / "vllm-cpu-nixl").glob("*.txt"))
+    pages += sorted(CPU_NIXL.glob("*.txt")) + sorted((CPU_NIXL / "run2").glob("*.txt"))
     return pages
 
 
@@ -301,11 +302,9 @@ def test_the_sidecars_parser_reads_every_new_page_as_prometheus_client_does(path
     same(ours(page), reference(text))
 
 
-CPU_NIXL = FIXTURES / "vllm-cpu-nixl"
-
 
 def test_real_cpu_nixl_pages_have_vllms_nixl_series_on_both_roles():
-    for path in sorted(CPU_NIXL.glob("*.txt")):
+    for path in sorted(CPU_NIXL.glob("*.txt")) + sorted((CPU_NIXL / "run2").glob("*.txt")):
         fam = Page(path).families
         for name in NIXL_HISTOGRAMS:
             assert fam[name].type == "histogram", (path.name, name)
@@ -327,3 +326,16 @@ def test_real_cpu_nixl_decode_reads_every_prompt_and_the_producer_counts_expiry(
     assert p1.value("vllm:nixl_num_kv_expired_reqs_total") == 1
     assert p1.value("vllm:nixl_num_notifications_after_expiry_total") == 1
     assert transferred_share([p0, p1]) == 0
+
+
+def test_real_cpu_nixl_small_flood_completes_with_a_request_seen_waiting_on_its_kv():
+    run = CPU_NIXL / "run2"
+    d0, fetching, d1 = (Page(run / f"decode-{n}.txt") for n in ("before", "fetching", "after"))
+    p0, p1 = Page(run / "prefill-before.txt"), Page(run / "prefill-after.txt")
+    assert sum(s.value for s in fetching.families["vllm:num_requests_kv_fetch_by_stage"].samples) > 0
+    assert fetching.value("vllm:num_requests_waiting_by_reason", reason="deferred") > 0
+    assert delta([d0, d1], "vllm:nixl_xfer_time_seconds_count") == 7
+    assert transferred_share([d0, d1]) == 1.0
+    assert delta([d0, d1], "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == \
+        delta([p0, p1], "vllm:prompt_tokens_by_source_total", source="local_compute")
+    assert d1.value("vllm:num_requests_running") == 0
