@@ -372,6 +372,11 @@ class Pieces:
         self._signal()
         return head
 
+    def recv_into(self, view, n: int) -> int:
+        data = self.recv(n)
+        view[:len(data)] = data
+        return len(data)
+
     def shutdown(self, _how) -> None:
         pass
 

@@ -275,7 +275,7 @@ class PageFetcher:
         self.last_bytes = len(body)
         return text
 
-    def _exchange(self, request: bytes, deadline: float) -> bytes:
+    def _exchange(self, request: bytes, deadline: float):  # -> bytes or bytearray
         reused = self._sock is not None
         if reused and not self._idle_ok():
             self._drop()
@@ -295,6 +295,8 @@ class PageFetcher:
             raise _status_error(ans.status, ans.headers)
         self._ctype = ans.headers.get("content-type", "")
         self._phase = "reading the body"
+        if ans.body is not None:  # a plain body of known length: straight into its buffer
+            self._read_exact(ans, deadline)
         while not ans.done:
             data = self._recv(deadline)
             if not data:
@@ -305,7 +307,7 @@ class PageFetcher:
             self._feed(ans, data)
         if ans.length >= 0 and self._got > ans.end:
             raise FetchError("protocol", "bytes after the end of the answer (a body longer than its Content-Length)")
-        body = ans.sink.finish()
+        body = ans.body if ans.body is not None else ans.sink.finish()  # type: ignore[union-attr]
         if not ans.keep_alive():
             self._drop()  # the server closes (HTTP/1.0, Connection: close, a body framed by the close)
         else:
@@ -316,6 +318,21 @@ class PageFetcher:
             if extra is None:  # the server closed after answering: fine, connect again next time
                 self._drop()
         return body
+
+    def _read_exact(self, ans: "_Answer", deadline: float) -> None:
+        """The rest of a plain body of known length, received into its buffer (no copy, no parse:
+        llhttp would only count the bytes); the cap was checked against the length."""
+        sock = self._sock
+        view = memoryview(ans.body)  # type: ignore[arg-type]
+        n = ans.length
+        while ans.raw < n:
+            sock.settimeout(self._left(deadline))  # type: ignore[union-attr]
+            got = sock.recv_into(view[ans.raw:], n - ans.raw)  # type: ignore[union-attr]
+            if not got:
+                raise _Eof(ans.where())
+            self._got += got
+            ans.raw += got
+        ans.done = True
 
     def _ask(self, request: bytes, deadline: float) -> "_Answer":
         """Send the request; receive until the head of the answer is in (interim answers skipped).
@@ -366,6 +383,10 @@ class PageFetcher:
                     return
                 if error is _STATUS:
                     ans.headed()
+                    return
+                if error is _BODY:  # llhttp stopped after the head; the body's first bytes follow it
+                    head = ans.head
+                    ans.take(head[ans.headed():])
                     return
                 if error is not None:
                     raise error from None
@@ -490,6 +511,7 @@ class PageFetcher:
 
 _INTERIM = object()  # the parser stopped at the end of an interim (1xx) answer
 _STATUS = object()  # the parser stopped after the head of an answer other than 200
+_BODY = object()  # the parser stopped after the head of a plain body of known length (read here)
 _BAD_REASON = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # reason-phrase = *( HTAB / SP / VCHAR / obs-text )
 
 
@@ -504,7 +526,7 @@ class _Answer:
     read, the content coding. The body goes to a ``_Sink`` as it arrives."""
 
     __slots__ = ("parser", "max_bytes", "interim", "start", "head", "head_done", "done", "status",
-                 "headers", "lines", "length", "chunked", "end", "raw", "chunks", "sink", "error", "keep")
+                 "headers", "lines", "length", "chunked", "end", "raw", "chunks", "sink", "error", "keep", "body")
 
     def __init__(self, max_bytes: int, interim: int) -> None:
         self.max_bytes = max_bytes
@@ -527,6 +549,7 @@ class _Answer:
         self.sink: Optional[_Sink] = None
         self.error: Optional[object] = None
         self.keep = False  # llhttp's keep-alive verdict at the end of the answer
+        self.body: Optional[bytearray] = None  # a plain body of known length, received into it
 
     def fail(self, error: FetchError) -> _Stop:
         """Keep ``error`` for the fetcher and stop llhttp (it raises its own error past a callback)."""
@@ -543,14 +566,24 @@ class _Answer:
             return f"after {self.raw} of the {self.length} bytes it announced"
         return "in the middle of the body"
 
-    def headed(self) -> None:
-        """The final head is in: its size, and where a Content-Length body ends."""
+    def headed(self) -> int:
+        """The final head is in: its size (returned), and where a Content-Length body ends."""
         size = self.head.find(b"\r\n\r\n") + 4
         self.head = b""
         if size > MAX_HEADER_BYTES:
             raise FetchError("protocol", f"header block over {MAX_HEADER_BYTES // 1024} KiB")
         if self.length >= 0:
             self.end = self.start + size + self.length
+        return size
+
+    def take(self, data: bytes) -> None:
+        """The bytes of a plain body of known length that came with its head."""
+        if len(data) > self.length:
+            raise FetchError("protocol", "bytes after the end of the answer (a body longer than its Content-Length)")
+        self.body = bytearray(self.length)
+        self.body[:len(data)] = data
+        self.raw = len(data)
+        self.done = self.raw == self.length
 
     # -- httptools' callbacks ------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -590,6 +623,8 @@ class _Answer:
             raise _Stop()
         hd = self.headers
         te = hd.get("transfer-encoding")
+        if te is not None and "content-length" in hd:  # (llhttp says so only after this callback)
+            raise self.fail(FetchError("protocol", "both Transfer-Encoding and Content-Length"))
         if te is not None:
             if te.lower() != "chunked":
                 raise self.fail(FetchError("protocol", "a Transfer-Encoding other than chunked"))
@@ -602,7 +637,14 @@ class _Answer:
         ce = hd.get("content-encoding", "identity").strip().lower()
         if ce not in ("identity", "", "gzip", "x-gzip"):
             raise self.fail(FetchError("protocol", f"Content-Encoding {ce[:40]!r} was not asked for"))
-        self.sink = _Sink(self.max_bytes, ce in ("gzip", "x-gzip"))
+        gz = ce in ("gzip", "x-gzip")
+        if self.length >= 0 and not gz:
+            # a plain body of known length (vLLM's page): the fetcher receives it into one buffer
+            # and llhttp stops here, as it would only count and copy the bytes
+            self.keep = p.should_keep_alive() and p.get_http_version() == "1.1"
+            self.error = _BODY
+            raise _Stop()
+        self.sink = _Sink(self.max_bytes, gz)
 
     def on_chunk_header(self) -> None:
         self.chunks += 1
