@@ -100,7 +100,11 @@ def rss_mb():
 
 # -- a page server in another process ---------------------------------------------------------
 
-def _serve(port_q, texts):
+def _serve(port_q, texts, nodelay=False):
+    """``nodelay``: TCP_NODELAY on the server's connections, as vLLM's uvicorn has them (asyncio
+    sets it on every TCP connection). Without it (``http.server``'s default, what this benchmark
+    always ran) the head and the body go out as two writes and Nagle holds the body back until the
+    client's delayed ACK of the head: about 40 ms of waiting in every read, for every client."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     bodies = [t.encode() for t in texts]
@@ -108,6 +112,7 @@ def _serve(port_q, texts):
 
     class H(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = nodelay
 
         def do_GET(self):
             state["i"] += 1
@@ -144,7 +149,17 @@ def main():
     ap.add_argument("--soak-polls", type=int, default=20_000, help="polls between the two RSS readings")
     ap.add_argument("--write", default="", help="write the sections into this markdown file")
     ap.add_argument("--flight-only", action="store_true", help="only the flight recorder's section")
+    ap.add_argument("--fetch-only", action="store_true", help="only the end-to-end poll by fetcher (issue 29)")
+    ap.add_argument("--rounds", type=int, default=5, help="--fetch-only: alternating rounds (medians)")
+    ap.add_argument("--fetch-revs", default="", help="--fetch-only: also fetch.py at these git revisions, "
+                    "comma-separated (e.g. the last one framed by h11)")
     args = ap.parse_args()
+    if args.fetch_only:
+        text = fetch_section(args.polls, args.rounds, [r for r in args.fetch_revs.split(",") if r])
+        print(text)
+        if args.write:
+            write_sections(Path(args.write), text, (FETCH_HEADING,))
+        return
     if args.flight_only:
         text = flight_section()
         print(text)
@@ -392,6 +407,95 @@ def flight_section(polls: int = 300, rounds: int = 5) -> str:
 def _version(dist: str) -> str:
     from importlib.metadata import version
     return version(dist)
+
+
+FETCH_HEADING = "## Reading vLLM's page: the fetcher's share of a poll"
+
+
+def _fetch_module(rev: str):
+    """``exporter/runtime/fetch.py`` as it was at git revision ``rev``, as a module of its own."""
+    import importlib.util
+    import re
+    import subprocess
+    import tempfile
+
+    src = subprocess.run(["git", "show", f"{rev}:exporter/runtime/fetch.py"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    src = re.sub(r"^from \.\. import", "from exporter import", src, flags=re.M)
+    src = re.sub(r"^from \.(\w+) import", r"from exporter.runtime.\1 import", src, flags=re.M)
+    path = Path(tempfile.mkdtemp()) / f"fetch_{rev}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(f"fetch_{rev}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def fetch_section(polls: int, rounds: int, revs) -> str:
+    """The whole poll end to end (the page from a server in another process), this fetcher and
+    fetch.py at ``revs`` against the obvious poller (``requests`` + prometheus_client's parser), and
+    the poll with the page handed over in-process (no fetch at all) for the floor; in alternating
+    rounds, each round's ratios to the obvious poller of that round, medians over the rounds. Two
+    page servers: ``http.server`` as this benchmark always ran it (Nagle on) and with TCP_NODELAY,
+    as vLLM's uvicorn serves."""
+    import statistics
+
+    import requests
+
+    from exporter.runtime.fetch import PageFetcher
+
+    texts = pages()
+    kinds = [("this fetcher (fetch.py)", PageFetcher)] + [(f"fetch.py at {r}", _fetch_module(r).PageFetcher)
+                                                         for r in revs]
+    out = [FETCH_HEADING, ""]
+    out.append(f"`python bench/bench_poll.py --fetch-only --polls {polls} --rounds {rounds}"
+               + (f" --fetch-revs {','.join(revs)}`" if revs else "`")
+               + f", {time.strftime('%Y-%m-%d %H:%M')}: {platform.machine()}, {os.cpu_count()} cores, load average "
+               f"{os.getloadavg()[0]:.1f} at the start, Python {platform.python_version()}, "
+               f"requests {requests.__version__}, prometheus_client {_version('prometheus_client')}, "
+               f"httptools {_version('httptools')}, h11 {_version('h11')}.")
+    out.append("")
+    out.append("CPU time of this process per poll (default shape: 60 s window, a poll every 2 s), as a ratio "
+               "to the obvious poller measured in the same round; medians over the rounds (\"rounds\": each "
+               "round's ratio).")
+    out.append("")
+    out.append("| page server | poll | ms per poll | / obvious poller | rounds |")
+    out.append("| --- | --- | ---: | ---: | --- |")
+    for nodelay in (False, True):
+        q = multiprocessing.Queue()
+        server = multiprocessing.Process(target=_serve, args=(q, texts, nodelay), daemon=True)
+        server.start()
+        port = q.get(timeout=10)
+        url = f"http://127.0.0.1:{port}/metrics"
+        try:
+            session = requests.Session()
+            runs = {"obvious": lambda s=session, u=url: list(text_string_to_metric_families(s.get(u).text))}
+            for label, cls in kinds:
+                fetcher = cls(url, 5.0, 8 << 20)
+                _sc, poll = sidecar(fetcher.fetch, 2.0)
+                runs[label] = poll
+            _sc, poll = sidecar(Cycle(texts), 2.0)
+            runs["in-process, no fetch (the floor)"] = poll
+            for fn in runs.values():  # warm: windows full, connections open, caches filled
+                for _ in range(40):
+                    fn()
+            cpu = {k: [] for k in runs}
+            names = list(runs)
+            for r in range(rounds):
+                order = names[r % len(names):] + names[:r % len(names)]  # a different one first each round
+                for k in order:
+                    cpu[k].append(cpu_per_call(runs[k], max(20, polls // 6) if k == "obvious" else polls))
+        finally:
+            server.terminate()
+        where = "TCP_NODELAY (as vLLM's uvicorn)" if nodelay else "`http.server`, Nagle on (as before)"
+        base = cpu["obvious"]
+        for k in names:
+            ratios = [a / b for a, b in zip(cpu[k], base)]
+            shown = "" if k == "obvious" else ", ".join(f"{x:.3f}" for x in ratios)
+            ratio = "1" if k == "obvious" else f"**{statistics.median(ratios):.3f}**"
+            out.append(f"| {where} | {k if k != 'obvious' else 'obvious poller'} | "
+                       f"{statistics.median(cpu[k]) * 1e3:.3f} | {ratio} | {shown} |")
+    return "\n".join(out) + "\n"
 
 
 def write_sections(path: Path, text: str, headings) -> None:

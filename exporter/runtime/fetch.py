@@ -1,6 +1,6 @@
 """Fetching a metrics page over HTTP: vLLM's ``/metrics``, and dcgm-exporter's for the dcgm source.
 
-A small HTTP/1.1 client on one socket (framed by h11), written for a peer that may be broken or
+A small HTTP/1.1 client on one socket (framed by llhttp), written for a peer that may be broken or
 hostile:
 
 - **One deadline per read, for everything.** ``fetch`` takes ``deadline = now + timeout`` and
@@ -14,17 +14,21 @@ hostile:
   (1xx) answers, skipped; the page at most ``max_bytes`` raw *and* after gzip decompression,
   enforced while reading (a ``Content-Length`` over the cap fails before a byte of body is read;
   a gzip bomb stops at ``max_bytes + 1`` decompressed).
-- **Framing by h11.** The request is written and the answer read by h11 (sans-IO: this module
-  owns the socket, the deadline and the caps, h11 the HTTP/1.1 framing: status line, header
-  syntax, ``Content-Length``, ``chunked``, read-to-close, keep-alive). Whatever h11 refuses (a
-  malformed status line or header, a ``Content-Length`` that is not one number in ASCII digits,
-  a bad chunk, a transfer coding other than ``chunked``) is ``protocol``, and so are a version
-  other than HTTP/1.x, both framings at once, bytes after the answer (a body longer than its
-  ``Content-Length``), a truncated or corrupt gzip stream and an unknown encoding; an answer
-  that does not begin with ``HTTP/`` (another protocol's banner) fails at once rather than at
-  the deadline. A body shorter than its ``Content-Length`` (the server closed) is
-  ``connection``. Redirects are not followed (``http_other``, the redacted ``Location`` in the
-  message): a sidecar reads one known address, and a redirect is usually a login page.
+- **Framing by llhttp** (through httptools, the parser uvicorn uses; issue 29 for why not h11,
+  which the listener keeps: docs/performance.md). The request head is written here (made once);
+  the answer is fed to llhttp as it arrives (this module owns the socket, the deadline and the
+  caps, llhttp the HTTP/1.1 framing: status line, header syntax, ``Content-Length``,
+  ``chunked``, read-to-close, keep-alive). Whatever llhttp refuses (a malformed status line or
+  header, a ``Content-Length`` that is not one number in ASCII digits or given twice, both
+  framings at once, a bad chunk) is ``protocol``, and so is what this module checks on top, where
+  llhttp is lenient or leaves it to its user: a version other than HTTP/1.x, a control character
+  in the reason phrase, a transfer coding other than ``chunked``, bytes after the answer (a body
+  longer than its ``Content-Length``), chunk-size lines and trailers past a cap, a truncated or
+  corrupt gzip stream and an unknown encoding; an answer that does not begin with ``HTTP/``
+  (another protocol's banner) fails at once rather than at the deadline. A body shorter than
+  its ``Content-Length`` (the server closed) is ``connection``. Redirects are not followed
+  (``http_other``, the redacted ``Location`` in the message): a sidecar reads one known address,
+  and a redirect is usually a login page.
 - **One kept-alive connection**, reused while the server keeps it and the last answer was read
   cleanly; dropped on any error. A kept-alive connection the server closed while idle is
   noticed before the request (or on an empty answer) and replaced once, within the deadline.
@@ -45,6 +49,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import os
+import re
 import select
 import socket
 import ssl
@@ -55,7 +60,7 @@ import zlib
 from typing import Callable, List, Optional, Tuple
 from urllib.parse import unquote, urlsplit
 
-import h11
+import httptools
 
 from .. import __version__
 from .config import TOKEN_MAX_BYTES, parse_token, redact_url
@@ -66,6 +71,7 @@ MAX_HEADER_BYTES = 64 * 1024
 MAX_HEADER_LINES = 100
 MAX_INTERIM = 8
 DNS_CACHE_SECONDS = 30.0
+_VISIBLE = re.compile(r"[\x21-\x7e]+")  # what a request target and a Host may hold here
 
 # Every reason a fetch can fail with (``vllm_sidecar_poll_errors_total{reason}``); the sidecar
 # starts each at 0 so that ``increase()`` sees the first failure. A test checks that every
@@ -130,12 +136,14 @@ class PageFetcher:
         if parts.port:
             host_header += f":{parts.port}"
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        self._target = target.encode("ascii")
-        self._headers = [(b"Host", host_header.encode("ascii")),
-                         (b"User-Agent", f"vllm-sidecar-exporter/{__version__}".encode("ascii")),
+        if not _VISIBLE.fullmatch(target) or not _VISIBLE.fullmatch(host_header):
+            raise ValueError("the URL holds a space, a control character or a non-ASCII character")
+        # the request head, made once (the Authorization line and the empty line end it per read)
+        self._request = (f"GET {target} HTTP/1.1\r\nHost: {host_header}\r\n"
+                         f"User-Agent: vllm-sidecar-exporter/{__version__}\r\n"
                          # vLLM serves text either way; asking for text keeps other servers honest too
-                         (b"Accept", b"text/plain;version=0.0.4;q=1,*/*;q=0.1"),
-                         (b"Accept-Encoding", b"gzip")]
+                         "Accept: text/plain;version=0.0.4;q=1,*/*;q=0.1\r\n"
+                         "Accept-Encoding: gzip\r\n").encode("ascii")
         self._basic = b""
         if parts.username is not None or parts.password is not None:
             user, pw = unquote(parts.username or ""), unquote(parts.password or "")
@@ -162,7 +170,6 @@ class PageFetcher:
             self._ctx = ssl.create_default_context(cafile=ca_file or None)
             self._ctx.set_alpn_protocols(["http/1.1"])
         self._sock: Optional[socket.socket] = None
-        self._h: Optional[h11.Connection] = None  # the HTTP/1.1 state of the open connection
         self._got = 0  # bytes of the answer under way received so far
         self._phase = ""
         self._ctype = ""
@@ -230,8 +237,8 @@ class PageFetcher:
         deadline = self._monotonic() + self.timeout
         try:
             auth = self._auth_header()
-            headers = self._headers + [(b"Authorization", auth)] if auth else self._headers
-            body = self._exchange(h11.Request(method=b"GET", target=self._target, headers=headers), deadline)
+            request = self._request + b"Authorization: " + auth + b"\r\n\r\n" if auth else self._request + b"\r\n"
+            body = self._exchange(request, deadline)
         except FetchError as exc:
             self._drop()
             exc.message = f"{self.safe_url}: {exc.message}"
@@ -268,7 +275,7 @@ class PageFetcher:
         self.last_bytes = len(body)
         return text
 
-    def _exchange(self, request: h11.Request, deadline: float) -> bytes:
+    def _exchange(self, request: bytes, deadline: float):  # -> bytes or bytearray
         reused = self._sock is not None
         if reused and not self._idle_ok():
             self._drop()
@@ -276,92 +283,121 @@ class PageFetcher:
         if self._sock is None:
             self._connect(deadline)
         try:
-            status, headers = self._ask(request, deadline)
+            ans = self._ask(request, deadline)
         except (_Eof, ConnectionResetError, BrokenPipeError):
             if not reused or self._got:
                 raise
             # the server closed the kept-alive connection as we reused it: once, on a fresh one
             self._drop()
             self._connect(deadline)
-            status, headers = self._ask(request, deadline)
-        if status != 200:
-            raise _status_error(status, headers)
-        self._ctype = headers.get("content-type", "")
-        body = self._read_body(headers, deadline)
-        h = self._h
-        assert h is not None
-        if h.our_state is not h11.DONE or h.their_state is not h11.DONE:  # the server closes (or h11 will)
-            self._drop()
+            ans = self._ask(request, deadline)
+        if ans.status != 200:
+            raise _status_error(ans.status, ans.headers)
+        self._ctype = ans.headers.get("content-type", "")
+        self._phase = "reading the body"
+        if ans.body is not None:  # a plain body of known length: straight into its buffer
+            self._read_exact(ans, deadline)
+        while not ans.done:
+            data = self._recv(deadline)
+            if not data:
+                if ans.length < 0 and not ans.chunked:  # framed by the close: this is its end
+                    ans.done = True
+                    break
+                raise _Eof(ans.where())
+            self._feed(ans, data)
+        if ans.length >= 0 and self._got > ans.end:
+            raise FetchError("protocol", "bytes after the end of the answer (a body longer than its Content-Length)")
+        body = ans.body if ans.body is not None else ans.sink.finish()  # type: ignore[union-attr]
+        if not ans.keep_alive():
+            self._drop()  # the server closes (HTTP/1.0, Connection: close, a body framed by the close)
         else:
-            extra = self._pending()
-            if h.trailing_data[0] or extra:
+            extra = self._peek()
+            if extra:
                 raise FetchError("protocol", "bytes after the end of the answer (a body longer than its "
                                              "Content-Length)")
             if extra is None:  # the server closed after answering: fine, connect again next time
                 self._drop()
         return body
 
-    def _ask(self, request: h11.Request, deadline: float) -> Tuple[int, dict]:
-        """Send the request; the status and headers of the answer (interim ones skipped)."""
-        h = self._h
-        assert h is not None
-        if h.our_state is h11.DONE:
-            h.start_next_cycle()
+    def _read_exact(self, ans: "_Answer", deadline: float) -> None:
+        """The rest of a plain body of known length, received into its buffer (no copy, no parse:
+        llhttp would only count the bytes); the cap was checked against the length."""
+        sock = self._sock
+        view = memoryview(ans.body)  # type: ignore[arg-type]
+        n = ans.length
+        while ans.raw < n:
+            sock.settimeout(self._left(deadline))  # type: ignore[union-attr]
+            got = sock.recv_into(view[ans.raw:], n - ans.raw)  # type: ignore[union-attr]
+            if not got:
+                raise _Eof(ans.where())
+            self._got += got
+            ans.raw += got
+        ans.done = True
+
+    def _ask(self, request: bytes, deadline: float) -> "_Answer":
+        """Send the request; receive until the head of the answer is in (interim answers skipped).
+        Body bytes that came with the head are already in the answer's sink."""
         self._got = 0
         self._phase = "sending the request"
-        self._send(h.send(request) + h.send(h11.EndOfMessage()), deadline)  # type: ignore[operator]
+        self._send(request, deadline)
         self._phase = "waiting for the status line and headers"
-        for _ in range(MAX_INTERIM + 1):
-            ev = self._event(deadline, lambda: "in the middle of the headers" if self._got else "before answering")
-            if type(ev) is h11.InformationalResponse:
-                if ev.status_code == 101:
-                    raise FetchError("protocol", "the server switched protocols (HTTP 101)")
-                continue  # an interim answer (100 Continue, 103 Early Hints): the real one follows
-            assert type(ev) is h11.Response
-            if self._got > MAX_HEADER_BYTES and self._got - len(h.trailing_data[0]) > MAX_HEADER_BYTES:
-                raise FetchError("protocol", f"header block over {MAX_HEADER_BYTES // 1024} KiB")
-            if ev.http_version not in (b"1.1", b"1.0"):
-                raise FetchError("protocol", "the answer does not start with an HTTP/1.x status line")
-            if len(ev.headers) > MAX_HEADER_LINES:
-                raise FetchError("protocol", f"more than {MAX_HEADER_LINES} header lines")
-            headers: dict = {}
-            for name, value in ev.headers:
-                key, val = name.decode("latin-1"), value.decode("latin-1")
-                headers[key] = f"{headers[key]}, {val}" if key in headers else val
-            return ev.status_code, headers
-        raise FetchError("protocol", f"more than {MAX_INTERIM} interim (1xx) answers")
-
-    def _event(self, deadline: float, where: Callable[[], str]):
-        """The next thing h11 reads from the answer, receiving (bounded by the time left) until it
-        has one. A close in the middle is ``_Eof(where)``; whatever h11 refuses is ``protocol``."""
-        h = self._h
-        assert h is not None
-        while True:
-            try:
-                ev = h.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise FetchError("protocol", f"unsound HTTP from the server ({_h11_text(exc)})") from None
-            if ev is not h11.NEED_DATA:
-                if type(ev) is h11.ConnectionClosed:
-                    raise _Eof(where())
-                return ev
-            sock = self._sock
-            sock.settimeout(self._left(deadline))  # type: ignore[union-attr]
-            data = sock.recv(CHUNK)  # type: ignore[union-attr]
-            if not self._got and data and not b"HTTP/".startswith(data[:5]):
-                # another protocol on the port (an SSH banner): say so now, not at the deadline
-                raise FetchError("protocol", "the answer does not start with an HTTP/1.x status line")
-            self._got += len(data)
+        ans = _Answer(self.max_bytes, 0)
+        while not ans.head_done:
+            data = self._recv(deadline)
             if not data:
-                h.receive_data(b"")
-                try:
-                    ev = h.next_event()  # the end of a read-to-close body, or a cut
-                except h11.RemoteProtocolError:
-                    raise _Eof(where()) from None
-                if type(ev) is h11.EndOfMessage:
-                    return ev
-                raise _Eof(where())
-            h.receive_data(data)
+                raise _Eof("in the middle of the headers" if self._got else "before answering")
+            self._feed(ans, data)
+            if not ans.head_done and len(ans.head) > MAX_HEADER_BYTES:
+                raise FetchError("protocol", f"header block over {MAX_HEADER_BYTES // 1024} KiB")
+        return ans
+
+    def _recv(self, deadline: float) -> bytes:
+        sock = self._sock
+        sock.settimeout(self._left(deadline))  # type: ignore[union-attr]
+        data = sock.recv(CHUNK)  # type: ignore[union-attr]
+        self._got += len(data)
+        return data
+
+    def _feed(self, ans: "_Answer", data: bytes) -> None:
+        """Hand what arrived to llhttp; an interim (1xx) answer's end starts a new parser on the
+        bytes after it. Whatever llhttp or the checks of ``_Answer`` refuse is ``protocol``."""
+        while True:
+            if not ans.head_done:
+                ans.head = ans.head + data if ans.head else data
+                if not b"HTTP/".startswith(ans.head[:5]):
+                    # another protocol on the port (an SSH banner, llhttp's RTSP/ and ICE/): say so now
+                    raise FetchError("protocol", "the answer does not start with an HTTP/1.x status line")
+            try:
+                ans.parser.feed_data(data)
+            except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+                error, ans.error = ans.error, None
+                if error is _INTERIM:
+                    # an interim answer's head ended at its first empty line (llhttp takes CRLF only)
+                    end = ans.head.find(b"\r\n\r\n") + 4
+                    if end > MAX_HEADER_BYTES:
+                        raise FetchError("protocol", f"header block over {MAX_HEADER_BYTES // 1024} KiB") from None
+                    data = ans.head[end:]
+                    ans.restart(self._got - len(data))
+                    if data:
+                        continue
+                    return
+                if error is _STATUS:
+                    ans.headed()
+                    return
+                if error is _BODY:  # llhttp stopped after the head; the body's first bytes follow it
+                    head = ans.head
+                    ans.take(head[ans.headed():])
+                    return
+                if error is not None:
+                    raise error from None
+                raise FetchError("protocol", f"unsound HTTP from the server ({_llhttp_text(exc)})") from None
+            if ans.head_done:
+                if ans.head:
+                    ans.headed()
+                if self._got - ans.raw > ans.start + MAX_HEADER_BYTES * 2 + 64 * ans.chunks:
+                    # chunk-size lines, extensions and trailers are not body: capped, as they are not kept
+                    raise FetchError("protocol", "chunk framing or trailers over their cap")
+            return
 
     # -- connection ----------------------------------------------------------------------------
     def _left(self, deadline: float) -> float:
@@ -418,20 +454,12 @@ class PageFetcher:
             sock.close()
             raise
         self._sock = sock
-        self._h = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEADER_BYTES)
         self.connections += 1
 
     def _idle_ok(self) -> bool:
         """A kept-alive connection is usable when nothing arrived on it while idle (neither the
         server's close nor stray bytes; TLS records without data, e.g. session tickets, are fine)."""
-        if self._h is None or self._h.trailing_data[0]:
-            return False
-        state = self._peek()
-        return state is False
-
-    def _pending(self) -> Optional[bool]:
-        """After an answer: None when the server closed, True when more bytes wait, else False."""
-        return self._peek()
+        return self._peek() is False
 
     def _peek(self) -> Optional[bool]:
         """Without blocking: None when the connection is closed or broken, True when bytes wait
@@ -460,7 +488,6 @@ class PageFetcher:
 
     def _drop(self) -> None:
         sock, self._sock = self._sock, None
-        self._h = None
         if sock is not None:
             try:
                 sock.close()
@@ -471,37 +498,6 @@ class PageFetcher:
         self._sock.settimeout(self._left(deadline))  # sendall: the timeout bounds the whole send
         self._sock.sendall(data)
 
-    # -- the body ------------------------------------------------------------------------------
-    def _read_body(self, headers: dict, deadline: float) -> bytes:
-        """The body as h11 frames it (Content-Length, chunked, or to the close), capped raw and
-        after decompression while it is read."""
-        te = headers.get("transfer-encoding")
-        cl = headers.get("content-length")
-        ce = headers.get("content-encoding", "identity").strip().lower()
-        if ce not in ("identity", "", "gzip", "x-gzip"):
-            raise FetchError("protocol", f"Content-Encoding {ce[:40]!r} was not asked for")
-        if te is not None and cl is not None:
-            raise FetchError("protocol", "both Transfer-Encoding and Content-Length")
-        n = int(cl) if cl is not None else -1  # (h11 has checked it is one number in ASCII digits)
-        if n > self.max_bytes:
-            raise FetchError("too_large", f"page of {n} bytes is over the {self.max_bytes}-byte cap")
-        sink = _Sink(self.max_bytes, ce in ("gzip", "x-gzip"))
-        self._phase = "reading the body"
-        raw = 0
-
-        def where() -> str:
-            return f"after {raw} of the {n} bytes it announced" if n >= 0 else "in the middle of the body"
-
-        while True:
-            ev = self._event(deadline, where)
-            if type(ev) is h11.Data:
-                raw += len(ev.data)
-                if raw > self.max_bytes:
-                    raise FetchError("too_large", f"page over the {self.max_bytes}-byte cap")
-                sink.feed(ev.data)
-            elif type(ev) is h11.EndOfMessage:
-                return sink.finish()
-
     def close(self) -> None:
         """Close the connection; a read in flight on another thread fails at once (connection)."""
         sock = self._sock
@@ -511,6 +507,165 @@ class PageFetcher:
             except OSError:
                 pass
             sock.close()
+
+
+_INTERIM = object()  # the parser stopped at the end of an interim (1xx) answer
+_STATUS = object()  # the parser stopped after the head of an answer other than 200
+_BODY = object()  # the parser stopped after the head of a plain body of known length (read here)
+_BAD_REASON = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # reason-phrase = *( HTAB / SP / VCHAR / obs-text )
+
+
+class _Stop(Exception):
+    """Raised inside an llhttp callback to stop parsing; what it stopped for is ``_Answer.error``."""
+
+
+class _Answer:
+    """One answer as llhttp reads it (httptools' callbacks), with the checks llhttp leaves to its
+    user: the version (HTTP/1.x only), the reason phrase, the number of header lines, interim
+    answers, transfer codings other than ``chunked``, the size cap before and while the body is
+    read, the content coding. The body goes to a ``_Sink`` as it arrives."""
+
+    __slots__ = ("parser", "max_bytes", "interim", "start", "head", "head_done", "done", "status",
+                 "headers", "lines", "length", "chunked", "end", "raw", "chunks", "sink", "error", "keep", "body")
+
+    def __init__(self, max_bytes: int, interim: int) -> None:
+        self.max_bytes = max_bytes
+        self.interim = interim
+        self.restart(0)
+
+    def restart(self, start: int) -> None:
+        """A fresh parser for an answer beginning at byte ``start`` of what was received."""
+        self.parser = httptools.HttpResponseParser(self)
+        self.start = start
+        self.head = b""  # the bytes of this answer received while its head was incomplete
+        self.head_done = self.done = False
+        self.status = 0
+        self.headers: dict = {}
+        self.lines = 0
+        self.length = -1  # Content-Length, -1 if none
+        self.chunked = False
+        self.end = -1
+        self.raw = self.chunks = 0
+        self.sink: Optional[_Sink] = None
+        self.error: Optional[object] = None
+        self.keep = False  # llhttp's keep-alive verdict at the end of the answer
+        self.body: Optional[bytearray] = None  # a plain body of known length, received into it
+
+    def fail(self, error: FetchError) -> _Stop:
+        """Keep ``error`` for the fetcher and stop llhttp (it raises its own error past a callback)."""
+        self.error = error
+        return _Stop()
+
+    def keep_alive(self) -> bool:
+        """Whether the connection serves the next read: an HTTP/1.1 answer framed by its length or
+        by chunks, without ``Connection: close`` (HTTP/1.0 is not kept alive, as with h11)."""
+        return self.keep and (self.length >= 0 or self.chunked)
+
+    def where(self) -> str:
+        if self.length >= 0:
+            return f"after {self.raw} of the {self.length} bytes it announced"
+        return "in the middle of the body"
+
+    def headed(self) -> int:
+        """The final head is in: its size (returned), and where a Content-Length body ends."""
+        size = self.head.find(b"\r\n\r\n") + 4
+        self.head = b""
+        if size > MAX_HEADER_BYTES:
+            raise FetchError("protocol", f"header block over {MAX_HEADER_BYTES // 1024} KiB")
+        if self.length >= 0:
+            self.end = self.start + size + self.length
+        return size
+
+    def take(self, data: bytes) -> None:
+        """The bytes of a plain body of known length that came with its head."""
+        if len(data) > self.length:
+            raise FetchError("protocol", "bytes after the end of the answer (a body longer than its Content-Length)")
+        self.body = bytearray(self.length)
+        self.body[:len(data)] = data
+        self.raw = len(data)
+        self.done = self.raw == self.length
+
+    # -- httptools' callbacks ------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.done:  # a second answer where one was asked for
+            raise self.fail(FetchError("protocol", "bytes after the end of the answer"))
+
+    def on_status(self, reason: bytes) -> None:
+        if _BAD_REASON.search(reason):  # llhttp lets NUL and DEL through in the reason phrase
+            raise self.fail(FetchError("protocol", "unsound HTTP from the server (a control character in the status line)"))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.head_done:  # a trailer after a chunked body: read past (its bytes are capped)
+            return
+        self.lines += 1
+        if self.lines > MAX_HEADER_LINES:
+            raise self.fail(FetchError("protocol", f"more than {MAX_HEADER_LINES} header lines"))
+        key, val = name.decode("latin-1").lower(), value.decode("latin-1").strip(" \t")
+        hd = self.headers
+        hd[key] = f"{hd[key]}, {val}" if key in hd else val
+
+    def on_headers_complete(self) -> None:
+        p = self.parser
+        status = p.get_status_code()
+        if status < 200:
+            if status == 101:
+                raise self.fail(FetchError("protocol", "the server switched protocols (HTTP 101)"))
+            self.interim += 1
+            if self.interim > MAX_INTERIM:
+                raise self.fail(FetchError("protocol", f"more than {MAX_INTERIM} interim (1xx) answers"))
+            return  # an interim answer (100 Continue, 103 Early Hints): the real one follows
+        if p.get_http_version() not in ("1.1", "1.0"):
+            raise self.fail(FetchError("protocol", "the answer does not start with an HTTP/1.x status line"))
+        self.head_done = True
+        self.status = status
+        if status != 200:
+            self.error = _STATUS  # the status is the answer; its body is not read
+            raise _Stop()
+        hd = self.headers
+        te = hd.get("transfer-encoding")
+        if te is not None and "content-length" in hd:  # (llhttp says so only after this callback)
+            raise self.fail(FetchError("protocol", "both Transfer-Encoding and Content-Length"))
+        if te is not None:
+            if te.lower() != "chunked":
+                raise self.fail(FetchError("protocol", "a Transfer-Encoding other than chunked"))
+            self.chunked = True
+        cl = hd.get("content-length")
+        if cl is not None:  # (llhttp has refused anything but one number in ASCII digits, and it with chunked)
+            self.length = int(cl)
+            if self.length > self.max_bytes:
+                raise self.fail(FetchError("too_large", f"page of {self.length} bytes is over the {self.max_bytes}-byte cap"))
+        ce = hd.get("content-encoding", "identity").strip().lower()
+        if ce not in ("identity", "", "gzip", "x-gzip"):
+            raise self.fail(FetchError("protocol", f"Content-Encoding {ce[:40]!r} was not asked for"))
+        gz = ce in ("gzip", "x-gzip")
+        if self.length >= 0 and not gz:
+            # a plain body of known length (vLLM's page): the fetcher receives it into one buffer
+            # and llhttp stops here, as it would only count and copy the bytes
+            self.keep = p.should_keep_alive() and p.get_http_version() == "1.1"
+            self.error = _BODY
+            raise _Stop()
+        self.sink = _Sink(self.max_bytes, gz)
+
+    def on_chunk_header(self) -> None:
+        self.chunks += 1
+
+    def on_body(self, data: bytes) -> None:
+        self.raw += len(data)
+        try:
+            if self.raw > self.max_bytes:
+                raise FetchError("too_large", f"page over the {self.max_bytes}-byte cap")
+            self.sink.feed(data)  # type: ignore[union-attr]
+        except FetchError as exc:
+            self.error = exc
+            raise _Stop() from None
+
+    def on_message_complete(self) -> None:
+        if not self.head_done:
+            self.error = _INTERIM
+            raise _Stop()
+        self.done = True
+        p = self.parser
+        self.keep = p.should_keep_alive() and p.get_http_version() == "1.1"
 
 
 class _Sink:
@@ -578,14 +733,10 @@ def _status_error(status: int, headers: dict) -> FetchError:
     return FetchError("http_other", f"HTTP {status}")
 
 
-def _h11_text(exc: h11.RemoteProtocolError) -> str:
-    """What h11 said, without the bytes the server sent (h11 quotes an offending line)."""
-    text = str(exc)
-    for mark in (": bytearray(", ": b'", ': b"', ": '"):
-        i = text.find(mark)
-        if i >= 0:
-            text = text[:i]
-    return text.splitlines()[0][:80] if text.strip() else type(exc).__name__
+def _llhttp_text(exc: Exception) -> str:
+    """What llhttp said (its reasons are fixed texts, never the server's bytes)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:80] if text else type(exc).__name__
 
 
 def _ssl_text(exc: ssl.SSLError) -> str:
