@@ -57,6 +57,7 @@ from ..pack.names import grouping, model_labels
 from ..pack.recording import capacity_names
 from ..slo import seconds
 from . import capacity_cost as costing
+from . import capacity_sides as sides_model
 from .capacity_fit import (
     CURVE_BINS,
     DAY_MS,
@@ -89,7 +90,18 @@ from .capacity_fit import (
     trend,
     weighted_capacity,
 )
-from .capacity_rules import END_RULES, ctx_for, end_groups, range_exprs, rule_groups, selectors, server_for
+from .capacity_rules import (
+    END_RULES,
+    ctx_for,
+    end_groups,
+    opencost_exprs,
+    range_exprs,
+    role_expr,
+    rule_groups,
+    selectors,
+    server_for,
+    side_exprs,
+)
 from .promql.engine import DEFAULT_LOOKBACK_MS, Evaluator
 from .promql.labels import Labels, drop_name, keep
 from .promql.parser import parse
@@ -103,7 +115,7 @@ __all__ = [
     "CURVE_BINS", "DAY_MS", "END_RULES", "LIMIT_NEAR", "MIN_COVERAGE", "MIN_FIT_SPREAD", "MIN_FIT_STEPS",
     "MIN_PERIODS", "MIX_BAND", "CapacityError", "Ctx", "capacity_names", "CapacityReport", "CurveBin", "Distribution", "Mix",
     "ModelCapacity", "Objectives", "Options", "Peak", "PeriodPeak", "Points", "PrefillWeight", "Sustainable",
-    "Target", "Trend", "Weighted", "compute", "curve", "end_groups", "fit_prefill_weight", "load_mixes",
+    "Target", "Trend", "Weighted", "compute", "plan_only", "curve", "end_groups", "fit_prefill_weight", "load_mixes",
     "mix_band", "peak", "period_peaks", "range_exprs", "rule_groups", "selectors", "server_for", "sustainable",
     "sustained_level", "target", "trend", "weighted_capacity",
 ]
@@ -125,6 +137,7 @@ class Options:
     confidence: float = 0.95
     model: Optional[str] = None             # only this model_name
     lookback_ms: int = DEFAULT_LOOKBACK_MS
+    asked: sides_model.Asked = field(default_factory=sides_model.Asked)  # prefill and decode apart: the flags
 
 
 
@@ -159,6 +172,7 @@ class ModelCapacity:
     cost: Optional[costing.ModelCost] = None           # what the fleet costs, from the SLO's prices
     gpu_utilization: Optional[float] = None            # mean over the range (the sidecars' NVML utilization)
     tokens_per_joule: Optional[float] = None           # output tokens over the GPUs' energy, over the range
+    sides: Optional[sides_model.SidesPlan] = None      # prefill and decode apart, where replicas have those roles
 
     @property
     def name(self) -> str:
@@ -175,6 +189,7 @@ class CapacityReport:
     models: List[ModelCapacity]
     rule_names: Dict[str, str]
     notes: List[str] = field(default_factory=list)
+    plan: Optional[sides_model.SidesPlan] = None       # ``plan_only``: prefill and decode sized from the SLO alone
 
 
 
@@ -222,7 +237,7 @@ class _Evaluated:
     series: Dict[str, Vec]
     whole: Dict[str, Dict[Labels, float]]
     rules_end: Dict[str, Dict[Labels, float]]
-    at_end: object = None          # exprs -> {key: {model: value}} at the end of the range
+    end_vec: object = None         # a whole-range expression at the end of the range (here, or by the server)
 
 
 def _evaluate(store: Store, opts: Options, server=None) -> _Evaluated:
@@ -289,7 +304,19 @@ def _evaluate(store: Store, opts: Options, server=None) -> _Evaluated:
                         "replicas": f"count by ({c.svc}) ({c.rec('vllm_generation_tokens', 'rate')})"})
     names = {**names, "qps": c.mrec("vllm_requests_finished", "rate"),
              "tokens": c.mrec("vllm_generation_tokens", "rate")}
-    return _Evaluated(steps, times, names, replica_names, svc_names, vecs, whole, rules_end, at_end)
+    def end_vec(expr: str) -> Vec:
+        if server is not None:
+            return server.instant(expr, opts.end_ms)
+        ev = Evaluator(store, np.array([opts.end_ms], dtype=np.int64), opts.step_ms, opts.lookback_ms)
+        try:
+            out = ev.eval(parse(expr))
+        except EvalError as exc:
+            raise CapacityError(f"{expr!r}: {exc}") from None
+        if not isinstance(out, Vec):
+            raise CapacityError(f"{expr!r} is not a vector")
+        return out
+
+    return _Evaluated(steps, times, names, replica_names, svc_names, vecs, whole, rules_end, end_vec)
 
 
 def _replica_series(ev: _Evaluated, objectives: Objectives, m: Labels) -> Tuple[List[Dict], Points]:
@@ -363,6 +390,7 @@ def _model(ev: _Evaluated, m: Labels, opts: Options, objectives: Objectives, hea
                             tg.replicas_needed if tg is not None else None, replica_hours,
                             whole["output_total"].get(m), whole["requests_total"].get(m), per_replica_qps,
                             mean_out, tg.qps if tg is not None else None)
+    sides = _sides(ev, series, opts, objectives, (mean_prompt, mean_out))
     return ModelCapacity(
         labels=dict(m), peak_qps=pk, peak_tokens_per_second=pk_tok,
         prompt_tokens=Distribution(mean_prompt, whole["prompt_p50"].get(m), whole["prompt_p95"].get(m)),
@@ -372,7 +400,82 @@ def _model(ev: _Evaluated, m: Labels, opts: Options, objectives: Objectives, hea
         replicas_now=replicas_now, sustainable=sus, capacity_tokens_per_second=cap_tok, capacity_qps=cap_qps,
         curve=curve(pts, objectives), points=pts, trend=tr, target=tg,
         rules_at_end={k: ev.rules_end[k].get(m) for k in END_RULES}, weighted=wc, output_only_capacity_qps=old_qps,
-        cost=mc, gpu_utilization=whole["gpu_utilization"].get(m), tokens_per_joule=whole["tokens_per_joule"].get(m))
+        cost=mc, gpu_utilization=whole["gpu_utilization"].get(m), tokens_per_joule=whole["tokens_per_joule"].get(m),
+        sides=sides)
+
+
+def _labelled(vec: Vec) -> List[Tuple[Dict[str, str], float]]:
+    """(labels, value) of each series present at the one step of ``vec``."""
+    return [(dict(drop_name(ls)), float(vec.V[i, -1])) for i, ls in enumerate(vec.labels)
+            if vec.P[i, -1] and math.isfinite(vec.V[i, -1])]
+
+
+def _by_key(vec: Vec, names: Sequence[str]) -> Dict[Tuple, float]:
+    return {tuple(ls.get(k, "") for k in names): v for ls, v in _labelled(vec)}
+
+
+def _opencost(ev: _Evaluated, range_ms: int) -> Dict[str, Optional[float]]:
+    """OpenCost's price of a GPU-hour over the range (None where the Prometheus has no such series)."""
+    out: Dict[str, Optional[float]] = {}
+    for k, e in opencost_exprs(range_ms).items():
+        got = _labelled(ev.end_vec(e))
+        out[k] = got[0][1] if len(got) == 1 and got[0][1] > 0 else None
+    return out
+
+
+def _sides(ev: _Evaluated, series: List[Dict], opts: Options, objectives: Objectives,
+           model_mix: Tuple[Optional[float], Optional[float]]) -> Optional[sides_model.SidesPlan]:
+    """Prefill and decode sized apart, when some of the model's replicas have those roles (the
+    sidecar's ``vllm_sidecar_role_info``, joined on the replica labels; none: role both)."""
+    rng = opts.end_ms - opts.start_ms
+    c = ctx_for(opts)
+    pod_names = grouping(opts.slo, list(c.replica))
+    roles = {}
+    for ls, _ in _labelled(ev.end_vec(role_expr(c, rng))):
+        roles[tuple(ls.get(k, "") for k in pod_names)] = ls.get("role", "both")
+    role_of = [roles.get(tuple(x["labels"].get(k, "") for k in pod_names), "both") for x in series]
+    if not any(r in sides_model.ROLES for r in role_of):
+        return None
+    whole = {k: _by_key(ev.end_vec(e), ev.replica_names) for k, e in side_exprs(c, rng).items()}
+    window_steps = max(int(seconds(opts.slo["capacity"]["sustain"]) * 1000) // opts.step_ms, 1)
+    o = objectives
+    history = {}
+    for role in sides_model.ROLES:
+        mine = [x for x, r in zip(series, role_of) if r == role]
+        keys = [tuple(x["labels"].get(k, "") for k in ev.replica_names) for x in mine]
+
+        def col(k: str, keys=keys) -> List[Optional[float]]:
+            return [whole[k].get(key) for key in keys]
+
+        hit = sides_model.pooled_ratio(col("hits"), col("queries"))
+        acc = sides_model.pooled_ratio(col("accepted"), col("drafts"))
+        sidecar_len = [x for x in col("sidecar_accepted_length") if x is not None]
+        length = 1 + acc if acc is not None else (sum(sidecar_len) / len(sidecar_len) if sidecar_len else None)
+        rows = []
+        with np.errstate(invalid="ignore"):
+            for x, key in zip(mine, keys):
+                if role == "prefill":
+                    h = sides_model.pooled_ratio([whole["hits"].get(key)], [whole["queries"].get(key)]) or 0.0
+                    level = x["prompt"] * (1 - h)
+                    within = (x["ttft_p95"] <= o.ttft_p95_seconds) & (x["ttft_mean"] <= o.ttft_mean_seconds)
+                else:
+                    level, within = x["output"], x["itl_mean"] <= o.itl_mean_seconds
+                rows.append({"labels": x["labels"], "level": level, "within": within, "qps": x["qps"]})
+        history[role] = sides_model.side_history(
+            role, rows, ev.times, window_steps, hit, length if role == "decode" else None,
+            sides_model.pooled_ratio(col("prompt_sum"), col("prompt_count")),
+            sides_model.pooled_ratio(col("output_sum"), col("output_count")))
+    return sides_model.plan(opts.slo, opts.asked, history, _opencost(ev, rng), model_mix)
+
+
+def plan_only(opts: Options) -> CapacityReport:
+    """No history: prefill and decode sized from the SLO's planned figures and the flags alone."""
+    slo = opts.slo
+    report = CapacityReport(opts.start_ms, opts.end_ms, opts.step_ms, Objectives.from_slo(slo),
+                            dict(slo["capacity"]), [], {})
+    report.plan = sides_model.plan(slo, opts.asked)
+    report.notes.append("planned from the SLO file and the flags alone (--plan): no history was read")
+    return report
 
 
 def compute(store: Store, opts: Options, server=None) -> CapacityReport:

@@ -120,10 +120,56 @@ def selectors(opts) -> Tuple[List[Tuple[str, int]], List[str]]:
     groups, _ = rule_groups(c)
     # the rules run from the start, the whole-range figures once at the end
     by_rules, recorded = raw_selectors(groups, [], opts.lookback_ms)
-    extra = [parse(e) for e in list(range_exprs(c, opts.end_ms - opts.start_ms).values())]
+    rng = opts.end_ms - opts.start_ms
+    extra = [parse(e) for e in [*range_exprs(c, rng).values(), *side_exprs(c, rng).values(), role_expr(c, rng),
+                                *opencost_exprs(rng).values()]]
     at_end, _ = raw_selectors([], extra, opts.lookback_ms)
     frm = {sel: opts.start_ms - ms for sel, ms in by_rules.items()}
     for sel, ms in at_end.items():
         frm[sel] = min(frm.get(sel, opts.end_ms), opts.end_ms - ms)
     return sorted(frm.items()), recorded
 
+
+
+def side_exprs(c: Ctx, range_ms: int) -> Dict[str, str]:
+    """Whole-range figures per replica (and model) for sizing prefill and decode apart
+    (``capacity_sides``), evaluated once at the end: token sums and counts of the requests, prefix
+    cache hits and queries, speculative drafts and accepted tokens (and the sidecar's mean accepted
+    length, where vLLM's counters are not scraped)."""
+    s, r = c.s(), format_duration(max(range_ms, 1))
+
+    def inc(metric: str) -> str:
+        return f"sum by ({c.by}) (increase({metric}{s}[{r}]))"
+
+    return {
+        "prompt_sum": inc("vllm:request_prompt_tokens_sum"), "prompt_count": inc("vllm:request_prompt_tokens_count"),
+        "output_sum": inc("vllm:request_generation_tokens_sum"),
+        "output_count": inc("vllm:request_generation_tokens_count"),
+        "hits": f"{inc('vllm:prefix_cache_hits_total')}\nor\n{inc('vllm:gpu_prefix_cache_hits_total')}",
+        "queries": f"{inc('vllm:prefix_cache_queries_total')}\nor\n{inc('vllm:gpu_prefix_cache_queries_total')}",
+        "accepted": inc("vllm:spec_decode_num_accepted_tokens_total"),
+        "drafts": inc("vllm:spec_decode_num_drafts_total"),
+        "sidecar_accepted_length": f"avg by ({c.by}) (avg_over_time("
+                                   f"vllm_sidecar_spec_decode_mean_accepted_length{s}[{r}]))",
+    }
+
+
+def role_expr(c: Ctx, range_ms: int) -> str:
+    """Each replica's role as its sidecar last said it in the range (pod-level, no model_name)."""
+    return f"max by ({c.r}, role) (last_over_time(vllm_sidecar_role_info{c.s()}[{format_duration(max(range_ms, 1))}]))"
+
+
+def opencost_exprs(range_ms: int) -> Dict[str, str]:
+    """What a GPU-hour costs where the cluster runs OpenCost, averaged over the range, over every
+    GPU node the Prometheus sees (OpenCost's node series carry no vLLM label: no selector):
+    ``gpu_hour``, the GPUs' own price (``node_gpu_hourly_cost``, per GPU, weighted by the nodes'
+    ``node_gpu_count``), and ``node_total_per_gpu_hour``, the GPU nodes' whole price
+    (``node_total_hourly_cost``: GPUs, CPUs and memory) over their GPUs."""
+    r = format_duration(max(range_ms, 1))
+    gpus = f"avg_over_time(node_gpu_count[{r}])"
+    per = f"(sum({gpus}) > 0)"
+    return {
+        "gpu_hour": f"sum(avg_over_time(node_gpu_hourly_cost[{r}]) * on (node) {gpus})\n/\n{per}",
+        "node_total_per_gpu_hour": f"sum(avg_over_time(node_total_hourly_cost[{r}]) and on (node) ({gpus} > 0))"
+                                   f"\n/\n{per}",
+    }
