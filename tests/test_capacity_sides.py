@@ -166,6 +166,8 @@ def test_cli_plan_says_impossible_first_and_fails_when_short(capsys, tmp_path):
     (["--plan", "--target-qps", "30", "--prompt-tokens", "1", "--output-tokens", "1", "--gpus", "-1"],
      "--gpus must be at least 0"),
     ([], "give exactly one source"),
+    (["--plan", "--target-qps", "1", "--prompt-tokens", "1", "--output-tokens", "1", "--png", "x.png"],
+     "--plan reads none"),
 ])
 def test_cli_plan_errors_are_one_line(capsys, args, needle):
     rc, out, err = _cli(capsys, *args)
@@ -271,6 +273,21 @@ def test_without_opencost_the_slo_prices_are_used_and_said(capsys, tmp_path):
     # the peak plus headroom when no target is given: the decode side's 3 req/s + 20 %
     rc, sd, err = _sides_doc(capsys, "--file", str(f), "--slo", str(s))
     assert sd["qps"]["source"] == "history" and sd["qps"]["value"] == pytest.approx(3.6)
+
+
+def test_the_sidecars_mean_accepted_length_where_vllm_counts_no_drafts(capsys, tmp_path):
+    # an older vLLM without vllm:spec_decode_num_drafts: the sidecar's own mean accepted length (2.2) is read
+    decode = [Phase(2400, 1, 0.5, itl=0.02, output_tokens=200, spec_accepted_ratio=0.5, role="decode")]
+    text = history({"p0": PREFILL, "d0": decode}, START_S)
+    extra = [f'vllm_sidecar_spec_decode_mean_accepted_length{{model_name="m",namespace="llm",pod="d0"}} 2.2 '
+             f'{START_S + k * 15:.3f}' for k in range(161)]
+    f = tmp_path / "sidecar.om"
+    f.write_text(text.replace("# EOF\n", "\n".join(extra) + "\n# EOF\n"))
+    s = tmp_path / "slo.yaml"
+    s.write_text(TEST_SLO)
+    rc, sd, err = _sides_doc(capsys, "--file", str(f), "--slo", str(s), "--target-qps", "1")
+    assert rc == 0, err
+    assert sd["speculative_speedup"]["source"] == "history" and sd["speculative_speedup"]["value"] == pytest.approx(2.2)
 
 
 def test_a_fleet_without_roles_has_no_sides(capsys, tmp_path):

@@ -3,11 +3,15 @@ peak request rate, token distributions, cache and speculative-decoding ratios, w
 sustains within the SLO in weighted tokens/s (output + a fitted weight x prompt tokens, per load
 mix, with the load-latency curve), replicas needed for a target, the trend of the peaks, and what
 it all costs at the SLO file's prices (the month against the budget, per token and per request, a
-spot share). Flags and output files live here; the work is ``exporter.analysis.capacity`` and
-``exporter.analysis.capacity_cost``.
+spot share). Where replicas have the role prefill or decode (their sidecars say so), the two sides
+are sized apart for the target: instances and GPUs per side, their cost (OpenCost's prices where
+the Prometheus has them), and first of all whether the GPU budget (``--gpus``) carries it at all;
+``--plan`` does that from the SLO file's planned figures without history. Flags and output files
+live here; the work is ``exporter.analysis.capacity``, ``capacity_sides`` and ``capacity_cost``.
 
 Exit status: 0 done; 1 with ``--fail-when-short`` when a model's replicas are not enough for the
-target; 2 bad flags or input, one line on stderr.
+target, or prefill and decode together need more GPUs than the budget; 2 bad flags or input, one
+line on stderr.
 """
 
 from __future__ import annotations
@@ -142,6 +146,8 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
         return fail(SUB, "--plan reads no history: give it without --prometheus-url and --file")
     if not ns.plan and bool(ns.file) == bool(ns.prometheus_url):
         return fail(SUB, "give exactly one source: --prometheus-url or --file (or --plan, no history)")
+    if ns.plan and ns.png:
+        return fail(SUB, "--png draws the load-latency curve of the history: --plan reads none")
     if ns.plan and None in (ns.target_qps, ns.prompt_tokens, ns.output_tokens):
         return fail(SUB, "--plan needs --target-qps, --prompt-tokens and --output-tokens")
     for flag, v, lo in (("--target-qps", ns.target_qps, 0), ("--prompt-tokens", ns.prompt_tokens, 0),
