@@ -101,6 +101,16 @@ def _number(lo: float = -math.inf, hi: float = math.inf, open_lo: bool = False, 
     return check
 
 
+def _int(lo: int) -> Check:
+    def check(v: Any, where: str) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"{where}: expected a whole number, got {v!r}")
+        if v < lo:
+            raise ConfigError(f"{where}: {v!r} is out of range")
+        return v
+    return check
+
+
 def _quoted(v: Any) -> str:
     return json.dumps(v) if isinstance(v, str) else repr(v)
 
@@ -481,6 +491,13 @@ SCHEMA: Dict[str, Check] = {
     "capacity.headroom": _number(0),
     "capacity.prefill_weight": _number(0),
     "capacity.saturated_share": _number(0, 1, open_lo=True),
+    "capacity.prefill_tokens_per_second": _number(0),
+    "capacity.decode_tokens_per_second": _number(0),
+    "capacity.prefix_hit_ratio": _number(0, 1, below=1),
+    "capacity.speculative_speedup": _number(1),
+    "capacity.prefill_gpus_per_instance": _int(1),
+    "capacity.decode_gpus_per_instance": _int(1),
+    "capacity.gpus": _int(0),
     "cost.currency": _text,
     "cost.unit": _choice("gpu_hour", "replica_hour"),
     "cost.prices.reserved": _number(0),

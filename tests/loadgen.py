@@ -30,6 +30,8 @@ class Phase:
     waiting: float = 0.0        # requests waiting (vllm:num_requests_waiting; only when a phase has some)
     gpu_utilization: float = 0.0  # the sidecar's GPU series (one GPU), only when a phase has a utilization:
     power_watts: float = 0.0      # vllm_sidecar_gpu_utilization_ratio and the energy counter (joules)
+    role: str = ""                # the sidecar's vllm_sidecar_role_info{role} (pod-level), only when given
+    spec_draft_tokens: int = 0    # draft tokens per draft: vllm:spec_decode_num_drafts_total, only when given
 
     @property
     def tokens_per_second(self) -> float:
@@ -81,6 +83,8 @@ def samples(phases: Sequence[Phase], labels: Dict[str, str], start: float, scrap
             if spec:
                 cnt.add("vllm:spec_decode_num_draft_tokens_total|", toks)
                 cnt.add("vllm:spec_decode_num_accepted_tokens_total|", toks * ph.spec_accepted_ratio)
+            if ph.spec_draft_tokens:
+                cnt.add("vllm:spec_decode_num_drafts_total|", toks / ph.spec_draft_tokens)
         elif not cnt.c:
             ph = steps[0]
             _hist(cnt, "vllm:time_to_first_token_seconds", TTFT_BUCKETS, ph.ttft, 0)
@@ -90,10 +94,14 @@ def samples(phases: Sequence[Phase], labels: Dict[str, str], start: float, scrap
             for key in ("vllm:request_success_total|", "vllm:generation_tokens_total|", "vllm:prompt_tokens_total|",
                         "vllm:prefix_cache_queries_total|", "vllm:prefix_cache_hits_total|") + \
                     (("vllm:spec_decode_num_draft_tokens_total|", "vllm:spec_decode_num_accepted_tokens_total|")
-                     if spec else ()):
+                     if spec else ()) + \
+                    (("vllm:spec_decode_num_drafts_total|",) if any(p.spec_draft_tokens for p in phases) else ()):
                 cnt.add(key, 0.0)
         t = start + k * scrape
         yield ("vllm:num_requests_running", lab, 1.0, t)
+        if phases[0].role:
+            pod = ",".join(f'{x}="{v}"' for x, v in sorted(labels.items()) if x != "model_name")
+            yield ("vllm_sidecar_role_info", pod + f',role="{phases[0].role}"', 1.0, t)
         if any(p.waiting for p in phases):
             yield ("vllm:num_requests_waiting", lab, float(steps[max(k - 1, 0)].waiting), t)
         if any(p.gpu_utilization for p in phases):

@@ -56,10 +56,11 @@ def by_kind(docs, kind):
 
 
 def test_overlays_render(rendered):
-    assert set(OVERLAYS) == {"llama-8b-1gpu", "llama-70b-tp2", "servicemonitor-example"}
+    assert set(OVERLAYS) == {"llama-8b-1gpu", "llama-70b-tp2", "servicemonitor-example", "design-b"}
     for name, docs in rendered.items():
         kinds = sorted(d["kind"] for d in docs)
-        assert kinds.count("Deployment") == 1 and kinds.count("PrometheusRule") == 1
+        # design B: a prefill and a decode Deployment; the monitoring objects once
+        assert kinds.count("Deployment") == (2 if name == "design-b" else 1) and kinds.count("PrometheusRule") == 1
         assert kinds.count("ConfigMap") == 5
         assert all(d["metadata"].get("namespace") == "llm" for d in docs)
         monitors = by_kind(docs, "PodMonitor") + by_kind(docs, "ServiceMonitor")
@@ -170,6 +171,56 @@ def test_70b_overlay_is_tp2_with_shm_and_a_long_load(rendered):
     assert any(m["mountPath"] == "/dev/shm" for m in vllm["volumeMounts"])
     eight = by_kind(rendered["llama-8b-1gpu"], "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
     assert eight["resources"]["limits"]["nvidia.com/gpu"] == "1"
+
+
+def test_design_b_is_prefill_and_tp2_decode_on_8_gpus(rendered):
+    """The user's design B: 1 prefill instance and 3 decode instances, TP2 each (8 GPUs); every pod has
+    its sidecar, whose role comes from the pod's llm-d.ai/role label through the downward API; vLLM
+    moves the KV cache with NIXL; the Deployments do not select each other's pods; the one PodMonitor
+    scrapes both sides."""
+    docs = rendered["design-b"]
+    deps = {d["metadata"]["name"]: d for d in by_kind(docs, "Deployment")}
+    assert set(deps) == {"vllm-70b-prefill", "vllm-70b-decode"}
+    gpus, roles = 0, {}
+    for name, dep in deps.items():
+        tmpl = dep["spec"]["template"]
+        role = tmpl["metadata"]["labels"]["llm-d.ai/role"]
+        roles[role] = dep["spec"]["replicas"]
+        assert dep["spec"]["selector"]["matchLabels"]["llm-d.ai/role"] == role
+        containers = {c["name"]: c for c in tmpl["spec"]["containers"]}
+        assert set(containers) == {"vllm", "sidecar"}, name
+        env = {e["name"]: e for e in containers["sidecar"]["env"]}
+        assert env["VLLM_SIDECAR_ROLE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['llm-d.ai/role']"
+        vllm = containers["vllm"]
+        kv = [a for a in vllm["args"] if a.startswith("--kv-transfer-config=")]
+        assert len(kv) == 1 and json.loads(kv[0].split("=", 1)[1]) == {"kv_connector": "NixlConnector",
+                                                                       "kv_role": "kv_both"}
+        venv = {e["name"]: e for e in vllm["env"]}
+        assert venv["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+        assert "--tensor-parallel-size=2" in vllm["args"]
+        assert vllm["resources"]["limits"]["nvidia.com/gpu"] == vllm["resources"]["requests"]["nvidia.com/gpu"]
+        gpus += dep["spec"]["replicas"] * int(vllm["resources"]["limits"]["nvidia.com/gpu"])
+        spec = [a for a in vllm["args"] if a.startswith("--speculative-config=")]
+        assert bool(spec) == (role == "decode"), name
+    assert roles == {"prefill": 1, "decode": 3} and gpus == 8
+    # the label the role comes from is llm-d's (its EPP filters prefill and decode pods on it)
+    assert {d["spec"]["template"]["metadata"]["labels"]["llm-d.ai/role"] for d in deps.values()} == \
+        {"prefill", "decode"}
+    pm = by_kind(docs, "PodMonitor")[0]
+    for dep in deps.values():
+        assert pm["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    services = {s["metadata"]["name"]: s["spec"]["selector"]["llm-d.ai/role"] for s in by_kind(docs, "Service")}
+    assert services == {"vllm": "decode", "vllm-prefill": "prefill"}
+    # the sidecar reads the role the downward API gives it
+    from exporter.runtime import config
+
+    side = next(c for c in deps["vllm-70b-prefill"]["spec"]["template"]["spec"]["containers"] if c["name"] == "sidecar")
+    flags = dict(a[2:].split("=", 1) for a in side["args"])
+    env = {"VLLM_SIDECAR_DCGM_URL": "http://10.0.0.7:9400/metrics", "VLLM_SIDECAR_POD_NAME": "p",
+           "VLLM_SIDECAR_POD_NAMESPACE": "llm", "VLLM_SIDECAR_ROLE": "prefill"}
+    cfg = config.build({k.replace("-", "_"): v for k, v in flags.items()}, env)
+    if hasattr(cfg, "role"):  # the role flag (issue 28 item 1) is the runtime's; where it exists it is read
+        assert cfg.role == "prefill"
 
 
 def test_prometheusrule_holds_exactly_the_rules(rendered):

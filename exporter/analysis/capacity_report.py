@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
+from . import capacity_sides as sides_model
 from .capacity import CapacityReport, ModelCapacity, Trend
 from .report import fmt_span, fmt_time
 
@@ -179,10 +180,73 @@ def cost_rows(m: ModelCapacity) -> List[str]:
     return out
 
 
+def _fig(f: sides_model.Figure, unit: str = "", pct: bool = False) -> str:
+    v = "-" if f.value is None else (_pct(f.value) if pct else f"{_n(f.value)}{unit}")
+    src = {"given": "given", "history": "from history", "slo": "planned, SLO file", "none": "unknown"}[f.source]
+    return f"{v} | {src}" + (f": {f.note}" if f.note else "")
+
+
+def sides_rows(sp: sides_model.SidesPlan) -> List[str]:
+    """The per-side sizing as Markdown: the verdict first, then every figure with where it comes from."""
+    out = ["", "### Prefill and decode apart", "", f"**{sides_model.verdict(sp)}**", ""]
+    out += ["| figure | value | from |", "| --- | --- | --- |",
+            f"| target | {_fig(sp.qps, ' req/s')} |", f"| prompt tokens per request | {_fig(sp.prompt_tokens)} |",
+            f"| output tokens per request | {_fig(sp.output_tokens)} |",
+            f"| prefix-cache hit ratio | {_fig(sp.prefix_hit_ratio, pct=True)} |",
+            f"| speculative speedup (tokens per decode step) | {_fig(sp.speculative_speedup, 'x')} |"]
+    for side in (sp.prefill, sp.decode):
+        if side is None:
+            continue
+        what = "prompt tokens computed" if side.role == "prefill" else "output tokens"
+        need = (f"{_n(sp.qps.value)} × {_n(sp.prompt_tokens.value)} × (1 − {_pct(sp.prefix_hit_ratio.value)})"
+                if side.role == "prefill" else f"{_n(sp.qps.value)} × {_n(sp.output_tokens.value)}")
+        now = "" if side.instances_now is None else f"; {side.instances_now} serving now"
+        out += [f"| {side.role}: one instance sustains | {_fig(side.per_instance, ' ' + what + '/s')} |",
+                f"| {side.role}: needed | {_n(side.needed_tokens_per_second)} {what}/s | {need} |",
+                f"| {side.role}: instances | {side.instances} × {side.gpus_per_instance} GPUs = {side.gpus} GPUs "
+                f"| each {_pct(side.load)} loaded{now} |",
+                f"| {side.role}: a month | {_money(side.monthly, sp.price.currency)} | {sp.price.detail} |"]
+    if sp.monthly is not None:
+        budget = "within" if sp.within_money else "OVER"
+        out.append(f"| a month, both sides | {_money(sp.monthly, sp.price.currency)} | with "
+                   f"{_money(sp.monthly_fixed, sp.price.currency)} fixed; {budget} the budget of "
+                   f"{_money(sp.monthly_budget, sp.price.currency)} |")
+    for role, h in sorted(sp.history.items()):
+        if not h.instances:
+            continue
+        bound = "objectives missed just above it" if h.bound == "observed" else "a lower bound: never pushed to its limit"
+        held = "never within the objectives for the sustain window" if h.tokens_per_second is None else \
+            f"{_n(h.tokens_per_second)} tokens/s held ({bound})"
+        out.append(f"| history: {role} | {h.instances} instance{'s' * (h.instances != 1)}; {held}; highest "
+                   f"{_n(h.held_max)} | roles from vllm_sidecar_role_info |")
+    return out
+
+
+def sides_dict(sp: Optional[sides_model.SidesPlan]) -> Optional[Dict[str, Any]]:
+    if sp is None:
+        return None
+    best = sp.best_split()
+    return {"verdict": sides_model.verdict(sp), "fits": sp.fits, "gpus_needed": sp.gpus_needed,
+            "gpus_budget": sp.gpus_budget, "max_qps_in_budget": None if best is None else best[0],
+            "best_split": None if best is None else {"prefill": best[1], "decode": best[2]},
+            **{k: vars(getattr(sp, k)) for k in ("qps", "prompt_tokens", "output_tokens", "prefix_hit_ratio",
+                                                 "speculative_speedup")},
+            "prefill": None if sp.prefill is None else {**vars(sp.prefill), "per_instance": vars(sp.prefill.per_instance)},
+            "decode": None if sp.decode is None else {**vars(sp.decode), "per_instance": vars(sp.decode.per_instance)},
+            "price": vars(sp.price), "monthly": sp.monthly, "monthly_budget": sp.monthly_budget,
+            "within_budget": sp.within_money, "missing": list(sp.missing),
+            "history": {k: vars(v) for k, v in sp.history.items()}}
+
+
 def markdown(r: CapacityReport) -> str:
     o = r.objectives
     objs = f"TTFT p95 ≤ {_s(o.ttft_p95_seconds)}, TTFT mean ≤ {_s(o.ttft_mean_seconds)}, " \
            f"inter-token latency mean ≤ {_s(o.itl_mean_seconds)}"
+    if r.plan is not None and not r.models:
+        out = ["# Capacity plan: prefill and decode apart", "",
+               "From the SLO file's planned capacity figures and the flags alone; no history was read. Each figure "
+               "says where it comes from."]
+        return "\n".join(out + sides_rows(r.plan)) + "\n"
     out: List[str] = [
         f"# Capacity model, {fmt_time(r.start_ms)} … {fmt_time(r.end_ms)}",
         "",
@@ -192,6 +256,10 @@ def markdown(r: CapacityReport) -> str:
     ]
     for note in r.notes:
         out += ["", f"Note: {note}"]
+    # a target the GPU budget cannot carry is said first, before any detail
+    for m in r.models:
+        if m.sides is not None and m.sides.fits is False:
+            out += ["", f"**{model_title(m)}: {sides_model.verdict(m.sides)}**"]
     for m in r.models:
         s, tg = m.sustainable, m.target
         out += ["", f"## {model_title(m)}", "", "| figure | value | from |", "| --- | --- | --- |"]
@@ -249,6 +317,11 @@ def markdown(r: CapacityReport) -> str:
             for b in m.curve:
                 out.append(f"| {_n(b.lo)} … {_n(b.hi)} (median {_n(b.tokens_per_second)}) | {b.points} | "
                            f"{_s(b.ttft_p95)} | {_s(b.ttft_mean)} | {_s(b.itl_mean)} | {_pct(b.within_share)} |")
+        if m.sides is not None:
+            out.append("")
+            out.append("Some replicas of this model have the role prefill or decode: the per-replica figures above "
+                       "mix both roles; the sides are sized apart below.")
+            out += sides_rows(m.sides)
         if m.cost is not None:
             out += cost_rows(m)
         if m.weighted is not None and m.weighted.mixes:
@@ -299,9 +372,11 @@ def to_dict(r: CapacityReport) -> Dict[str, Any]:
             "curve": [vars(b) for b in m.curve],
             "points": int(len(m.points.tokens_per_second)),
             "recording_rules_at_end": {r.rule_names[k]: v for k, v in m.rules_at_end.items()},
+            "sides": sides_dict(m.sides),
         })
     return {"start": fmt_time(r.start_ms), "end": fmt_time(r.end_ms), "step_seconds": r.step_ms / 1000,
-            "objectives": vars(o), "settings": r.settings, "models": models, "notes": list(r.notes)}
+            "objectives": vars(o), "settings": r.settings, "models": models, "notes": list(r.notes),
+            "plan": sides_dict(r.plan)}
 
 
 def weighted_dict(wc) -> Dict[str, Any]:

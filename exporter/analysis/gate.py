@@ -23,8 +23,10 @@ The rule, per figure, with the baseline runs B and candidate runs C (one or more
 - **within noise** when the share exceeds the threshold but the difference does not clear the
   spread or the minimum effect; **improved** the same the other way; **ok** otherwise.
 
-The gate fails when any chosen figure regressed. Everything here is pure; the command line loads
-files and Prometheus and prints.
+The gate fails when any chosen figure regressed. The comparison is pure. Where the runs come from
+is decided here too (``load_runs``: result files, checked for the same load; ``open_ranges``:
+which engine reads the Prometheus ranges, and the store of raw samples for the local one); the
+command line parses flags, prints and picks the exit status.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .benchfile import LATENCY_KEY, BenchRun
+from ..slo import defaults
+from .benchfile import LATENCY_KEY, BenchFileError, BenchRun, load_differences
+from .benchfile import load as load_bench_file
 from .promql.vector import Vec
 from .stats import t_cdf
 
@@ -309,9 +313,10 @@ def median_signals(runs: Sequence[Signals]) -> Signals:
     return Signals(**out)
 
 
-def likely_cause(base: Signals, cand: Signals, kv_warn: float = 0.9) -> str:
+def likely_cause(base: Signals, cand: Signals, kv_warn: Optional[float] = None) -> str:
     """The sidecar's best explanation of a candidate that did worse, in words (a heuristic, in the
-    order a person would check: vLLM reachable, engine alive, KV cache, GPU, batch).
+    order a person would check: vLLM reachable, engine alive, KV cache, GPU, batch). ``kv_warn``:
+    the SLO file's ``kv_cache.warn`` (the built-in SLO's when not given).
 
     vLLM's ``num_requests_waiting_by_reason{reason="capacity"}`` means "waiting for scheduling
     capacity": a full KV cache, but also a full batch (``max-num-seqs``). So waiting for capacity
@@ -321,6 +326,8 @@ def likely_cause(base: Signals, cand: Signals, kv_warn: float = 0.9) -> str:
         x = getattr(s, k)
         return 0.0 if x is None else x
 
+    if kv_warn is None:
+        kv_warn = float(defaults()["kv_cache"]["warn"])
     if not cand.known():
         return "no sidecar signals for the candidate's run (no --prometheus-url, or nothing scraped then)"
     if v(cand, "down_share") > v(base, "down_share") + 0.1:
@@ -502,3 +509,72 @@ class ServerRanges:
             if k not in out:
                 out[k] = v
         return Signals(**out)
+
+
+# -- where the runs come from (the command line's flags, turned into runs here) ------------------------
+
+class GateInputError(ValueError):
+    """Runs that cannot be compared; one line."""
+
+
+def load_runs(baseline_paths: Sequence[str], candidate_paths: Sequence[str], utc_offset_s: Optional[int],
+              allow_different_load: bool) -> Tuple[List[BenchRun], List[BenchRun], List[str]]:
+    """The result files of both sides, and notes; runs of a different load than the first
+    baseline's are refused (``GateInputError``) unless ``allow_different_load``, then noted."""
+    try:
+        baseline = [load_bench_file(f, utc_offset_s) for f in baseline_paths]
+        candidate = [load_bench_file(f, utc_offset_s) for f in candidate_paths]
+    except BenchFileError as exc:
+        raise GateInputError(str(exc)) from None
+    notes: List[str] = []
+    first = baseline[0]
+    for other in baseline[1:] + candidate:
+        diff = load_differences(first, other)
+        if diff and not allow_different_load:
+            k, a, b = diff[0]
+            raise GateInputError(f"{other.source} ran a different load than {first.source}: {k} {b!r} against "
+                                 f"{a!r} (--allow-different-load compares them anyway)")
+        if diff:
+            notes.append(f"{other.source} ran a different load: " +
+                         ", ".join(f"{k} {b!r} against {a!r}" for k, a, b in diff))
+    return baseline, candidate, notes
+
+
+class StoreRanges:
+    """Figures and signals of time ranges from a store of raw samples read here (``--engine local``):
+    the same interface as ``ServerRanges``."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.queries = 0
+
+    def run(self, selector: str, start_ms: int, end_ms: int, source: str) -> BenchRun:
+        return range_run(self.store, selector, start_ms, end_ms, source)
+
+    def signals(self, selector: str, start_ms: int, end_ms: int) -> Signals:
+        return range_signals(self.store, selector, start_ms, end_ms)
+
+
+def pick_engine(engine: str, ranges: Sequence[Tuple[int, int]], local_max_ms: int) -> str:
+    """``auto``: local when every range is at most ``local_max_ms`` long, else server."""
+    if engine != "auto":
+        return engine
+    return "local" if all(b - a <= local_max_ms for a, b in ranges) else "server"
+
+
+def open_ranges(url: str, engine: str, wanted: Sequence[Tuple[str, int, int]], local_max_ms: int):
+    """The reader of ``wanted`` ((selector, start, end) each) at the Prometheus ``url``: a
+    ``ServerRanges`` (the server evaluates) or a ``StoreRanges`` over every raw sample the ranges
+    need, read now (``sources.SourceError`` when the server cannot be read)."""
+    from .series import Store
+    from .sources import fetch_prometheus
+
+    if pick_engine(engine, [(a, b) for _, a, b in wanted], local_max_ms) == "server":
+        return ServerRanges(url)
+    store = Store()
+    for sel, a, b in wanted:
+        got = fetch_prometheus(url, range_selectors(sel, a, b), b)
+        for s in got.store:
+            t, v = s.without_stale()
+            store.add(s.labels, t, v)
+    return StoreRanges(store)

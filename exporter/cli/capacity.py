@@ -3,11 +3,15 @@ peak request rate, token distributions, cache and speculative-decoding ratios, w
 sustains within the SLO in weighted tokens/s (output + a fitted weight x prompt tokens, per load
 mix, with the load-latency curve), replicas needed for a target, the trend of the peaks, and what
 it all costs at the SLO file's prices (the month against the budget, per token and per request, a
-spot share). Flags and output files live here; the work is ``exporter.analysis.capacity`` and
-``exporter.analysis.capacity_cost``.
+spot share). Where replicas have the role prefill or decode (their sidecars say so), the two sides
+are sized apart for the target: instances and GPUs per side, their cost (OpenCost's prices where
+the Prometheus has them), and first of all whether the GPU budget (``--gpus``) carries it at all;
+``--plan`` does that from the SLO file's planned figures without history. Flags and output files
+live here; the work is ``exporter.analysis.capacity``, ``capacity_sides`` and ``capacity_cost``.
 
 Exit status: 0 done; 1 with ``--fail-when-short`` when a model's replicas are not enough for the
-target; 2 bad flags or input, one line on stderr.
+target, or prefill and decode together need more GPUs than the budget; 2 bad flags or input, one
+line on stderr.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ def _parser() -> OneLineParser:
                           "queries), the rest runs here on the recorded series it answers (this process holds "
                           "recorded series, not samples); local reads the raw series and evaluates here; auto "
                           "(default): local up to 6h of range, else server")
+    src.add_argument("--plan", action="store_true",
+                     help="read no history: size prefill and decode from the SLO file's planned capacity.* figures "
+                          "and the flags alone (needs --target-qps, --prompt-tokens and --output-tokens)")
     src.add_argument("--server-chunk", metavar="DURATION", default="6h",
                      help="--engine server: the range one query covers (default 6h; at most 11000 evaluations)")
     when = p.add_argument_group("range")
@@ -56,6 +63,17 @@ def _parser() -> OneLineParser:
     model.add_argument("--model", metavar="NAME", help="only this model_name (default: every model)")
     model.add_argument("--target-qps", metavar="QPS", type=float,
                        help="the request rate to plan for (default: the observed peak plus --headroom)")
+    model.add_argument("--prompt-tokens", metavar="N", type=float,
+                       help="prompt tokens per request for the target (default: the mean over the range)")
+    model.add_argument("--output-tokens", metavar="N", type=float,
+                       help="output tokens per request for the target (default: the mean over the range)")
+    model.add_argument("--gpus", metavar="N", type=int,
+                       help="the GPU budget prefill and decode must fit in together (default: SLO capacity.gpus; "
+                            "0: none)")
+    model.add_argument("--prefill-gpus-per-instance", metavar="N", type=int,
+                       help="GPUs in one prefill instance (default: SLO capacity.prefill_gpus_per_instance)")
+    model.add_argument("--decode-gpus-per-instance", metavar="N", type=int,
+                       help="GPUs in one decode instance (default: SLO capacity.decode_gpus_per_instance)")
     model.add_argument("--headroom", metavar="SHARE", type=float,
                        help="headroom over the peak when no --target-qps is given (default: SLO capacity.headroom)")
     model.add_argument("--trend-period", metavar="DURATION", default="1d",
@@ -67,7 +85,8 @@ def _parser() -> OneLineParser:
     out.add_argument("--json", metavar="FILE", help="write the report as JSON to FILE ('-': stdout, instead of Markdown)")
     out.add_argument("--png", metavar="FILE", help="draw the load-latency curve with the objectives (needs matplotlib)")
     out.add_argument("--fail-when-short", action="store_true",
-                     help="exit 1 when the replicas serving now are not enough for the target")
+                     help="exit 1 when the replicas serving now are not enough for the target, or prefill and "
+                          "decode together need more GPUs than the budget")
     return p
 
 
@@ -82,6 +101,35 @@ def _write(path: str, text: str, flag: str) -> None:
         raise ValueError(f"{flag} {path}: {exc.strerror}") from None
 
 
+def _output(ns, report, rep) -> int:
+    """Write the report where the flags say; the per-side verdict on stderr when the GPU budget cannot
+    carry the target (exit 1 with --fail-when-short), 2 when a file cannot be written."""
+    from ..analysis.capacity_sides import verdict
+
+    try:
+        if ns.png:
+            try:
+                rep.render_png(report, ns.png)
+            except ImportError:
+                return fail(SUB, "--png needs matplotlib: pip install 'vllm-sidecar-exporter[analysis]'")
+            except OSError as exc:
+                return fail(SUB, f"--png {ns.png}: {exc.strerror}")
+        md = rep.markdown(report)
+        if ns.markdown:
+            _write(ns.markdown, md, "--markdown")
+        if ns.json:
+            _write(ns.json, rep.to_json(report), "--json")
+    except ValueError as exc:
+        return fail(SUB, str(exc))
+    if ns.json != "-" and ns.markdown != "-":
+        sys.stdout.write(md)
+    impossible = [(t, sp) for t, sp in [("", report.plan)] + [(rep.model_title(m) + ": ", m.sides)
+                                                               for m in report.models] if sp is not None and sp.fits is False]
+    for title, sp in impossible:
+        sys.stderr.write(f"{PROG} {SUB}: {title}{verdict(sp)}\n")
+    return 1 if ns.fail_when_short and impossible else 0
+
+
 def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] = time.time) -> int:
     ns = _parser().parse_args(list(argv))
     if importlib.util.find_spec("numpy") is None:
@@ -89,14 +137,25 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
     from ..analysis import capacity as cap
     from ..analysis import capacity_report as rep
     from ..analysis.backtest import AUTO_LOCAL_MAX_MS
+    from ..analysis.capacity_sides import Asked
     from ..analysis.series import Store
     from ..analysis.sources import SourceError, fetch_prometheus, load_file
     from ..slo import load_slo, seconds
 
-    if bool(ns.file) == bool(ns.prometheus_url):
-        return fail(SUB, "give exactly one source: --prometheus-url or --file")
-    if ns.target_qps is not None and not ns.target_qps > 0:
-        return fail(SUB, "--target-qps must be positive")
+    if ns.plan and (ns.file or ns.prometheus_url):
+        return fail(SUB, "--plan reads no history: give it without --prometheus-url and --file")
+    if not ns.plan and bool(ns.file) == bool(ns.prometheus_url):
+        return fail(SUB, "give exactly one source: --prometheus-url or --file (or --plan, no history)")
+    if ns.plan and ns.png:
+        return fail(SUB, "--png draws the load-latency curve of the history: --plan reads none")
+    if ns.plan and None in (ns.target_qps, ns.prompt_tokens, ns.output_tokens):
+        return fail(SUB, "--plan needs --target-qps, --prompt-tokens and --output-tokens")
+    for flag, v, lo in (("--target-qps", ns.target_qps, 0), ("--prompt-tokens", ns.prompt_tokens, 0),
+                        ("--output-tokens", ns.output_tokens, 0), ("--gpus", ns.gpus, -1),
+                        ("--prefill-gpus-per-instance", ns.prefill_gpus_per_instance, 0),
+                        ("--decode-gpus-per-instance", ns.decode_gpus_per_instance, 0)):
+        if v is not None and not v > lo:
+            return fail(SUB, f"{flag} must be {'positive' if lo == 0 else 'at least 0'}")
     if ns.headroom is not None and not ns.headroom >= 0:
         return fail(SUB, "--headroom must not be negative")
     if not 0 < ns.confidence < 1:
@@ -110,6 +169,13 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
         end = parse_time(ns.end, "--end") if ns.end else None
     except (ValueError, ConfigError) as exc:
         return fail(SUB, str(exc))
+    asked = Asked(ns.target_qps, ns.prompt_tokens, ns.output_tokens, None if ns.gpus == 0 else ns.gpus,
+                  ns.prefill_gpus_per_instance, ns.decode_gpus_per_instance, ns.headroom)
+    if ns.gpus == 0:
+        slo = {**slo, "capacity": {**slo["capacity"], "gpus": 0}}
+    if ns.plan:
+        t = int(now() * 1000)
+        return _output(ns, cap.plan_only(cap.Options(slo, t, t, step, asked=asked)), rep)
     history_ms = int(seconds(slo["capacity"]["history"]) * 1000)
     loaded = None
     if ns.file:
@@ -127,7 +193,8 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
         start = start if start is not None else end - history_ms
     if end <= start:
         return fail(SUB, "--end must be after --start")
-    opts = cap.Options(slo, start, end, step, ns.target_qps, ns.headroom, period, ns.confidence, ns.model)
+    opts = cap.Options(slo, start, end, step, ns.target_qps, ns.headroom, period, ns.confidence, ns.model,
+                       asked=asked)
     engine = "local" if ns.file else ns.engine
     if engine == "auto":
         engine = "local" if end - start <= AUTO_LOCAL_MAX_MS else "server"
@@ -149,23 +216,9 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
         report = cap.compute(store, opts, server)
     except (cap.CapacityError, SourceError) as exc:
         return fail(SUB, str(exc))
-    try:
-        if ns.png:
-            try:
-                rep.render_png(report, ns.png)
-            except ImportError:
-                return fail(SUB, "--png needs matplotlib: pip install 'vllm-sidecar-exporter[analysis]'")
-            except OSError as exc:
-                return fail(SUB, f"--png {ns.png}: {exc.strerror}")
-        md = rep.markdown(report)
-        if ns.markdown:
-            _write(ns.markdown, md, "--markdown")
-        if ns.json:
-            _write(ns.json, rep.to_json(report), "--json")
-    except ValueError as exc:
-        return fail(SUB, str(exc))
-    if ns.json != "-" and ns.markdown != "-":
-        sys.stdout.write(md)
+    rc = _output(ns, report, rep)
+    if rc == 2:
+        return rc
     if server is not None:
         st = server.stats
         sys.stderr.write(f"{PROG} {SUB}: {len(report.models)} model(s), {(end - start) // step + 1} steps, evaluated "
@@ -179,4 +232,4 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
         for m in short:
             sys.stderr.write(f"{PROG} {SUB}: {rep.model_title(m)}: {rep.verdict_text(m)}\n")
         return 1
-    return 0
+    return rc

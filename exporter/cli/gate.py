@@ -5,7 +5,8 @@ the sidecar's signals during the runs are summarised beside the figures, with th
 Over a Prometheus, ``--engine server`` has the server evaluate each figure and signal (instant
 queries), ``--engine local`` reads the raw series and evaluates here; the result files are read
 here either way (no server computes those).
-The work is ``exporter.analysis.gate``.
+The work, including which engine reads the ranges and the store it reads them into, is
+``exporter.analysis.gate``; here are the flags, the output files and the exit status.
 
 Exit status: 0 no regression; 1 a regression (one line per regressed figure on stderr); 2 bad
 flags or input, one line on stderr.
@@ -104,14 +105,13 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
     ns = _parser().parse_args(list(argv))
     if importlib.util.find_spec("numpy") is None:
         return fail(SUB, "the gate needs numpy: pip install 'vllm-sidecar-exporter[analysis]'")
-    from ..analysis import benchfile, gate
+    from ..analysis import gate
     from ..analysis import gate_report as rep
     from ..analysis.backtest import AUTO_LOCAL_MAX_MS
     from ..analysis.promql.lexer import PromQLSyntaxError
     from ..analysis.promql.parser import parse
     from ..analysis.report import fmt_time
-    from ..analysis.series import Store
-    from ..analysis.sources import SourceError, fetch_prometheus
+    from ..analysis.sources import SourceError
     from ..slo import load_slo
 
     files = bool(ns.baseline or ns.candidate)
@@ -153,26 +153,13 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
     patterns = [x.strip() for x in ns.figures.split(",") if x.strip()]
     offset = None if ns.bench_utc_offset is None else int(round(ns.bench_utc_offset * 3600))
     notes: List[str] = []
-
     baseline, candidate = [], []
     if files:
         try:
-            baseline = [benchfile.load(f, offset) for f in ns.baseline]
-            candidate = [benchfile.load(f, offset) for f in ns.candidate]
-        except benchfile.BenchFileError as exc:
+            baseline, candidate, notes = gate.load_runs(ns.baseline, ns.candidate, offset, ns.allow_different_load)
+        except gate.GateInputError as exc:
             return fail(SUB, str(exc))
-        first = baseline[0]
-        for other in baseline[1:] + candidate:
-            diff = benchfile.load_differences(first, other)
-            if diff and not ns.allow_different_load:
-                k, a, b = diff[0]
-                return fail(SUB, f"{other.source} ran a different load than {first.source}: {k} {b!r} against "
-                                 f"{a!r} (--allow-different-load compares them anyway)")
-            if diff:
-                notes.append(f"{other.source} ran a different load: " +
-                             ", ".join(f"{k} {b!r} against {a!r}" for k, a, b in diff))
-
-    signals_of = srv = None
+    reader = None
     if ns.prometheus_url:
         if not b_ranges:
             b_ranges = [(r.start_ms, r.end_ms) for r in baseline if r.start_ms is not None]
@@ -180,35 +167,16 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
             missing = [r.source for r in baseline + candidate if r.start_ms is None]
             if missing:
                 notes.append(f"no date and duration in {', '.join(missing)}: its signals are left out")
-        engine = ns.engine
-        if engine == "auto":
-            engine = "local" if all(b - a <= AUTO_LOCAL_MAX_MS for a, b in b_ranges + c_ranges) else "server"
-        if engine == "server":
-            srv = gate.ServerRanges(ns.prometheus_url)
-            run_of, signals_of = srv.run, srv.signals
-        else:
-            store = Store()
-            try:
-                for (a, b), sel in [(r, sides["baseline"]) for r in b_ranges] + \
-                        [(r, sides["candidate"]) for r in c_ranges]:
-                    got = fetch_prometheus(ns.prometheus_url, gate.range_selectors(sel, a, b), b)
-                    for s in got.store:
-                        t, v = s.without_stale()
-                        store.add(s.labels, t, v)
-            except SourceError as exc:
-                return fail(SUB, str(exc))
-
-            def run_of(sel, a, b, source, store=store):
-                return gate.range_run(store, sel, a, b, source)
-
-            def signals_of(sel, a, b, store=store):
-                return gate.range_signals(store, sel, a, b)
+        wanted = [(sides["baseline"], a, b) for a, b in b_ranges] + [(sides["candidate"], a, b) for a, b in c_ranges]
+        try:
+            reader = gate.open_ranges(ns.prometheus_url, ns.engine, wanted, AUTO_LOCAL_MAX_MS)
+            if not files:
+                baseline = [reader.run(sides["baseline"], a, b, f"{fmt_time(a)}/{fmt_time(b)}") for a, b in b_ranges]
+                candidate = [reader.run(sides["candidate"], a, b, f"{fmt_time(a)}/{fmt_time(b)}")
+                             for a, b in c_ranges]
+        except (ValueError, SourceError) as exc:
+            return fail(SUB, str(exc))
         if not files:
-            try:
-                baseline = [run_of(sides["baseline"], a, b, f"{fmt_time(a)}/{fmt_time(b)}") for a, b in b_ranges]
-                candidate = [run_of(sides["candidate"], a, b, f"{fmt_time(a)}/{fmt_time(b)}") for a, b in c_ranges]
-            except (ValueError, SourceError) as exc:
-                return fail(SUB, str(exc))
             empty = [r.source for r in baseline + candidate if not r.figures]
             if empty:
                 return fail(SUB, f"{ns.prometheus_url}: no vLLM requests in {empty[0]}")
@@ -220,18 +188,18 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
     if bad:
         return fail(SUB, f"--figures: no figure matches {bad[0]!r}")
     result = rep.GateResult(comparison, baseline, candidate, "files" if files else "prometheus", notes=notes)
-    if signals_of is not None and b_ranges and c_ranges:
+    if reader is not None and b_ranges and c_ranges:
         try:
-            sb = gate.median_signals([signals_of(sides["baseline"], a, b) for a, b in b_ranges])
-            sc = gate.median_signals([signals_of(sides["candidate"], a, b) for a, b in c_ranges])
+            sb = gate.median_signals([reader.signals(sides["baseline"], a, b) for a, b in b_ranges])
+            sc = gate.median_signals([reader.signals(sides["candidate"], a, b) for a, b in c_ranges])
         except SourceError as exc:
             return fail(SUB, str(exc))
         result.signals_baseline, result.signals_candidate = sb, sc
         if not result.passed:
             result.likely_cause = gate.likely_cause(sb, sc, slo["kv_cache"]["warn"])
-    if srv is not None:
-        result.notes.append(f"figures and signals evaluated by the server at {ns.prometheus_url} in {srv.queries} "
-                            "queries (--engine server)")
+    if isinstance(reader, gate.ServerRanges):
+        result.notes.append(f"figures and signals evaluated by the server at {ns.prometheus_url} in "
+                            f"{reader.queries} queries (--engine server)")
     for path, text, flag in ((ns.markdown, rep.markdown, "--markdown"), (ns.json, rep.to_json, "--json")):
         if path:
             err = _write(path, text(result), flag)
