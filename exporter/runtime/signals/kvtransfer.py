@@ -9,7 +9,8 @@ NIXL's failed notifications, a part of the former), transfer and post time quant
 transfers per second, expired KV leases and notifications after expiry per second, the requests
 waiting on an async KV fetch by stage (a gauge, engines summed), the share of prompt tokens that
 arrived by KV transfer (``vllm:prompt_tokens_by_source``, which every connector fills: a decode
-instance whose share falls to 0 recomputes its prompts, a transfer that failed silently) and the
+instance whose share falls to 0 recomputes its prompts, a transfer that failed silently; served
+only where the page shows a connector, since every V1 page carries that counter) and the
 external prefix-cache hit ratio. A field whose series are absent is None, never 0; a ratio whose
 denominator did not move in the window is None.
 
@@ -34,6 +35,9 @@ from .latency import distribution
 from .results import KvTransfer
 
 EXTERNAL_SOURCE = "external_kv_transfer"
+# Inputs only a KV connector serves: without any of them the page has no connector, and the share
+# of prompt tokens by transfer (whose counter every V1 page carries) is left out, not served as 0
+CONNECTOR_INPUTS = ("kv_fetch_by_stage", "kv_xfer_time", "kv_failed_transfers", "kv_expired")
 
 
 def _rate(view: View, key: str, model: str) -> Optional[float]:
@@ -95,7 +99,8 @@ def kv_transfer(view: View, model: str) -> KvTransfer:
         expired_per_second=_rate(view, "kv_expired", model),
         notifications_after_expiry_per_second=_rate(view, "kv_notifications_after_expiry", model),
         waiting_fetch=_by_stage(view, model),
-        prompt_tokens_transferred_ratio=transferred_ratio(view, model),
+        prompt_tokens_transferred_ratio=(transferred_ratio(view, model)
+                                         if any(latest.present(k) for k in CONNECTOR_INPUTS) else None),
         external_prefix_cache_hit_ratio=ext,
     )
 
