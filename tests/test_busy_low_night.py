@@ -194,7 +194,7 @@ def test_the_plan_judges_only_a_full_window(clock, after_load):
     sc, seq = sidecar_with(clock, cfg(poll_interval=1, window=10), after_load, gpu=NvmlSource(FakeNvml(gpus)))
     gen0 = 0.0
     seen = []
-    for i in range(15):
+    for _ in range(15):
         gen0 += 100.0  # 100 tokens/s: over the floor, under 0.3 x the plan
         seq.text = pt.set_values(after_load, {"vllm:generation_tokens_total": gen0, "vllm:num_requests_running": 8})
         pub = sc.poll_once()
