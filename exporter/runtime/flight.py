@@ -115,14 +115,8 @@ def _le_text(le: float) -> str:
     return repr(float(le))
 
 
-def published_rows(pub) -> Tuple[Tuple[Key, ...], List[float]]:
-    """The sidecar's own series of one published state: (keys, values), the values a scrape of
-    /metrics shows for it (``collectors``). Written for speed: one poll's worth in tens of µs."""
-    keys: List[Key] = []
-    vals: List[float] = []
-    ka = keys.append
-    va = vals.append
-    sig = pub.signals
+def _pod_rows(sig, ka, va) -> None:
+    """The derived series without model_name (``POD_DERIVED``) of one state, appended."""
     for name, read, label in _POD:
         v = read(sig)
         if v is None:
@@ -138,6 +132,17 @@ def published_rows(pub) -> Tuple[Tuple[Key, ...], List[float]]:
         else:
             ka((name, _NONE_L))
             va(float(v))
+
+
+def published_rows(pub) -> Tuple[Tuple[Key, ...], List[float]]:
+    """The sidecar's own series of one published state: (keys, values), the values a scrape of
+    /metrics shows for it (``collectors``). Written for speed: one poll's worth in tens of µs."""
+    keys: List[Key] = []
+    vals: List[float] = []
+    ka = keys.append
+    va = vals.append
+    sig = pub.signals
+    _pod_rows(sig, ka, va)
     for m in sig.models:
         lab = (("model_name", m.model),)
         for name, read in _PLAIN:

@@ -293,6 +293,35 @@ class Windows:
                 mk = (inp, key[1])
                 if inc > new_step.get(mk, 0.0):
                     new_step[mk] = inc
+        rejected += self._add_hists(snap, proc, t, credit, new_step)
+        self._step = new_step
+
+        self._track_models(snap, t, prev_t)
+
+        # the ring
+        self._times.append(t)
+        self._ring.append(array("d", agg))
+        horizon = t - self.retention
+        times = self._times
+        while self._head < len(times) - 1 and times[self._head] < horizon:
+            self._head += 1
+        if self._head > 64 and self._head * 2 > len(times):
+            del times[: self._head]
+            del self._ring[: self._head]
+            self._head = 0
+        self.latest = snap
+        self.polls += 1
+        if self.polls % 32 == 0:
+            self._forget(t)
+        return AddResult(restart, other, rejected)
+
+    def _add_hists(self, snap: Snapshot, proc: _Proc, t: float, credit, new_step: Dict[Tuple[str, str], float]) -> int:
+        """The histograms of one snapshot into the running totals (``add``'s rules); the number
+        of histograms rejected as impossible."""
+        agg = self._agg
+        down = proc.down
+        named = proc.start is not None
+        rejected = 0
         hlast = proc.hlast
         for hkey, h in snap.hists.items():
             prev = hlast.get(hkey)
@@ -350,13 +379,14 @@ class Windows:
                 agg[hs.sum] += h.sum
                 agg[hs.count] += h.count
             hlast[hkey] = (h, t, slots, les)
-        self._step = new_step
+        return rejected
 
-        # gauges, the KV trend and the stall bookkeeping, per model
+    def _track_models(self, snap: Snapshot, t: float, prev_t: Optional[float]) -> None:
+        """Gauges, the KV trend and the stall bookkeeping, per model: when requests were last not
+        running, when the engine was last not wedged (requests waiting, none running)."""
         lo = t - self.window
-        models = snap.models
         seen = self._model_seen
-        for m in models:
+        for m in snap.models:
             if m not in seen:
                 self._not_running[m] = self._not_queued[m] = prev_t if prev_t is not None else -math.inf
             seen[m] = t
@@ -376,23 +406,6 @@ class Windows:
                 tr.add(t, max(kv))
             if tr is not None:
                 tr.evict(lo)
-
-        # the ring
-        self._times.append(t)
-        self._ring.append(array("d", agg))
-        horizon = t - self.retention
-        times = self._times
-        while self._head < len(times) - 1 and times[self._head] < horizon:
-            self._head += 1
-        if self._head > 64 and self._head * 2 > len(times):
-            del times[: self._head]
-            del self._ring[: self._head]
-            self._head = 0
-        self.latest = snap
-        self.polls += 1
-        if self.polls % 32 == 0:
-            self._forget(t)
-        return AddResult(restart, other, rejected)
 
     def _forget(self, t: float) -> None:
         """Drop what has not been seen for ``memory`` seconds (series, processes, models)."""
