@@ -118,8 +118,10 @@ def _model(view: View, cfg: Config, model: str, kv: KvQueue, level: Optional[int
     partial = ModelSignals(model=model, throughput=tp, kv=kv, latency=Latency(), prompts=Prompts(),
                            caches=Caches())
     planned = cfg.planned_prefill_tokens_per_second if role == "prefill" else cfg.planned_tokens_per_second
-    if view.span < cfg.window - cfg.poll_interval:
-        planned = 0.0  # the plan judges a full window only: never a pod's first seconds (its warm-up)
+    if view.span < cfg.window - 2 * cfg.poll_interval:
+        # the plan judges a full window only (give or take a late poll): never a pod's first
+        # seconds, its warm-up
+        planned = 0.0
     return ModelSignals(
         model=model,
         throughput=tp,
