@@ -291,3 +291,49 @@ def test_the_conflict_is_said_once_in_the_log_and_served_while_it_lasts(clock, c
     assert [r.getMessage() for r in caplog.records if "role decode" in r.getMessage()] == [
         "vLLM's page agrees with role decode"]
     assert not any(k[0] == "vllm_sidecar_role_conflict" for k in scraped(pub))
+
+
+# -- real P/D pages: a prefill and a decode CPU vLLM 0.32 with ExampleConnector (tests/fixtures/vllm-cpu-pd) --
+
+REAL = FIXTURES / "vllm-cpu-pd"
+
+
+def real(*files, role="both"):
+    """Signals over real pages of one server, 60 s apart."""
+    c = cfg(window=600, poll_interval=5, role=role)
+    snaps = [snap((REAL / f).read_text(), T0 + 60 * i) for i, f in enumerate(files)]
+    return derive(snaps, snaps, snaps[-1].t, c)
+
+
+def test_real_decode_instance_gets_its_prompt_tokens_by_transfer_then_recomputes_when_bypassed():
+    before, after, bypass = ((REAL / f).read_text() for f in ("decode-before.txt", "decode-after.txt",
+                                                                "decode-after-bypass.txt"))
+
+    def grew(a, b, source):
+        return (sample_value(b, "vllm:prompt_tokens_by_source_total", source=source)
+                - sample_value(a, "vllm:prompt_tokens_by_source_total", source=source))
+
+    flood = real("decode-before.txt", "decode-after.txt", role="decode")
+    ext = grew(before, after, "external_kv_transfer")
+    total = ext + grew(before, after, "local_compute") + grew(before, after, "local_cache_hit")
+    assert value(flood, "prompt_tokens_transferred_ratio", model_name="tiny-llama") == pytest.approx(ext / total)
+    assert ext / total > 0.95  # 98.8 % by transfer (PROVENANCE.md)
+    assert value(flood, "external_prefix_cache_hit_ratio", model_name="tiny-llama") > 0.95
+    assert flood.role_conflicts == ()  # a real consumer: what role decode says
+    # ExampleConnector loads synchronously: every fetch stage 0; it defines no transfer series
+    assert value(flood, "requests_waiting_kv_fetch", model_name="tiny-llama", stage="in_progress") == 0.0
+    assert value(flood, "kv_transfer_failure_ratio", model_name="tiny-llama") is None
+    # prompts sent straight to the decode instance: recomputed, none by transfer
+    bypassed = real("decode-after.txt", "decode-after-bypass.txt", role="decode")
+    assert grew(after, bypass, "local_compute") > 0 and grew(after, bypass, "external_kv_transfer") == 0
+    assert value(bypassed, "prompt_tokens_transferred_ratio", model_name="tiny-llama") == 0.0
+
+
+def test_real_prefill_instance_and_the_roles_its_page_contradicts():
+    pre = real("prefill-before.txt", "prefill-after.txt", role="prefill")
+    assert pre.role_conflicts == ()
+    # no consumer series on a producer's page: no share of prompt tokens by transfer to serve
+    assert value(pre, "prompt_tokens_transferred_ratio", model_name="tiny-llama") is None
+    assert real("prefill-before.txt", "prefill-after.txt", role="decode").role_conflicts == ("no_kv_consumer",)
+    assert real("decode-before.txt", "decode-after.txt", role="prefill").role_conflicts == ("receives_kv",)
+    assert real("decode-before.txt", "decode-after.txt", role="both").role_conflicts == ()
