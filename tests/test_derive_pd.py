@@ -337,3 +337,17 @@ def test_real_prefill_instance_and_the_roles_its_page_contradicts():
     assert real("prefill-before.txt", "prefill-after.txt", role="decode").role_conflicts == ("no_kv_consumer",)
     assert real("decode-before.txt", "decode-after.txt", role="prefill").role_conflicts == ("receives_kv",)
     assert real("decode-before.txt", "decode-after.txt", role="both").role_conflicts == ()
+
+
+
+def test_like_every_derived_series_the_role_is_left_out_while_vllm_cannot_be_read(clock):
+    """No derived series while vLLM is not read (tests/test_hostile.py): the role neither; the
+    pack counts a pod without it as role both, and a pod that is not read has no signal to judge."""
+    from exporter.runtime.fetch import FetchError
+
+    sc, seq = sidecar_with(clock, cfg(poll_interval=1, window=10, role="prefill"), shape("kv_producer", 1))
+    assert scraped(sc.poll_once())[("vllm_sidecar_role_info", (("role", "prefill"),))] == 1.0
+    seq.error = FetchError("refused", "connection refused")
+    got = scraped(sc.poll_once())
+    assert got[("vllm_sidecar_target_up", (("target", "vllm"),))] == 0.0
+    assert not any(k[0].startswith("vllm_sidecar_role_") for k in got)

@@ -215,7 +215,8 @@ POD_DERIVED: Dict[str, PodSeries] = {
     "lora_max_adapters": PodSeries("vLLM's max_lora (--max-loras): the most LoRA adapters one batch can hold.",
                                    _lora(lambda lo: lo.max_adapters)),
     "role_info": PodSeries("1, labelled with this replica's role in prefill/decode disaggregation as given to the "
-                           "sidecar (--role: prefill, decode or both); rules and panels join on it.", _role_info, "role"),
+                           "sidecar (--role: prefill, decode or both); rules and panels join on it. Like every derived series, absent while "
+                           "vLLM is not read.", _role_info, "role"),
     "role_conflict": PodSeries("1 while vLLM's page contradicts the role given: reason no_kv_consumer (role decode, no "
                                "vllm:num_requests_kv_fetch_by_stage: this vLLM receives no KV) or receives_kv (role "
                                "prefill, prompt tokens arriving by KV transfer); absent otherwise.",
