@@ -252,6 +252,8 @@ def test_role_conflicts(name, role, why):
 def test_role_from_flag_env_and_file(tmp_path):
     assert config.build({}, {}).role == "both"
     assert config.build({}, {"VLLM_SIDECAR_ROLE": "decode"}).role == "decode"
+    # the downward API gives an empty value for a pod without the label: the default
+    assert config.build({}, {"VLLM_SIDECAR_ROLE": ""}).role == "both"
     f = tmp_path / "c.yaml"
     f.write_text("role: prefill\n")
     assert config.build({"config": str(f)}, {}).role == "prefill"

@@ -44,6 +44,7 @@ class Field:
     flag: bool = True
     slo: str = ""  # the SLO key this field's default comes from ("" : the default above)
     spelling: str = ""  # the flag's spelling when it is not --key-with-dashes (exporter-toolkit's --web.*)
+    blank_default: bool = False  # an empty value means the default (an env var from an absent pod label)
 
 
 FIELDS: Tuple[Field, ...] = (
@@ -70,8 +71,8 @@ FIELDS: Tuple[Field, ...] = (
           spelling="--web.idle-timeout"),
     Field("role", "choice", "both", "this replica's part in prefill/decode disaggregation: `prefill`, `decode` "
           "or `both` (a replica that does both, as without disaggregation); served as "
-          "vllm_sidecar_role_info; set it from a pod label through the downward API",
-          choices=("prefill", "decode", "both")),
+          "vllm_sidecar_role_info; set it from a pod label through the downward API (empty, as from a pod "
+          "without the label: `both`)", choices=("prefill", "decode", "both"), blank_default=True),
     Field("poll_interval", "float", 2.0, "seconds between reads of vLLM and the GPUs", lo=0.05, hi=300),
     Field("window", "float", None, "sliding window of every derived rate, ratio and quantile (s)",
           lo=1, hi=3600, slo="windows.sidecar"),
@@ -350,6 +351,8 @@ def _convert(spec: Field, raw: Any, origin: str) -> Any:
         return v
     if spec.kind == "choice":
         v = str(raw).strip().lower()
+        if not v and spec.blank_default:
+            return spec.default
         if v not in spec.choices:
             raise ConfigError(f"{where}: must be one of {', '.join(spec.choices)}, got {raw!r}")
         return v
