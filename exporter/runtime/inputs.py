@@ -34,8 +34,8 @@ read, and Mooncake's ``vllm:mooncake_*`` as aliases of the same inputs where the
 notifications and no notifications after expiry, and its ``num_failed_recvs`` is not read).
 ``vllm:num_requests_kv_fetch_by_stage`` exists only on KV consumers (and ``kv_both`` instances);
 ``vllm:prompt_tokens_by_source`` and ``vllm:external_prefix_cache_*`` are filled by every
-connector. ``vllm:engine_sleep_state`` and ``vllm:iteration_tokens_total`` (whose count is the
-engine's steps) are on every V1 page.
+connector. ``vllm:engine_sleep_state`` and ``vllm:iteration_tokens_total`` (of which only the
+count is read: the engine's steps) are on every V1 page.
 
 ``Builder.build`` goes through a page's rows once, in jobs: the newest name of each input
 (``_best_names``), the caps (``Builder._admit``), each sample checked and sorted (``_Work``), then
@@ -106,8 +106,9 @@ INPUTS: Tuple[Input, ...] = (
     Input("queue_time", HISTOGRAM, ("vllm:request_queue_time_seconds",), False),
     Input("prompt_length", HISTOGRAM, ("vllm:request_prompt_tokens",), True),
     Input("generation_length", HISTOGRAM, ("vllm:request_generation_tokens",), False),
-    Input("iteration_tokens", HISTOGRAM, ("vllm:iteration_tokens_total",), False,
-          doc="tokens per engine step; its count is the engine's iterations (a wedged engine makes none)"),
+    Input("iterations", COUNTER, ("vllm:iteration_tokens_total_count",), False,
+          doc="engine steps: the count of vLLM's tokens-per-step histogram (a wedged engine makes none); "
+              "only the count is read, not the buckets"),
     # speculative decoding, beyond the acceptance ratio above
     Input("spec_drafts", COUNTER, ("vllm:spec_decode_num_drafts_total",), False),
     Input("spec_accepted_per_pos", COUNTER, ("vllm:spec_decode_num_accepted_tokens_per_pos_total",), False,

@@ -574,7 +574,7 @@ class View:
     def stalled(self, model: str, stall_seconds: float) -> Optional[bool]:
         """Requests running throughout the last ``stall_seconds`` and not one token produced; or
         a wedged engine: requests waiting and none running throughout, no token and no engine
-        iteration (the count of ``iteration_tokens``, where the page has it).
+        iteration (``iterations``, where the page has it).
 
         None while the history does not reach back that far or the inputs were missing."""
         w = self.w
@@ -596,8 +596,8 @@ class View:
         d = w._ctr.get(("generation_tokens", model))
         if d and grew(d.values()):
             return False
-        hs = w._hst.get(("iteration_tokens", model))
-        return not (wedged and hs is not None and grew((hs.count,)))
+        steps = w._ctr.get(("iterations", model))
+        return not (wedged and steps and grew(steps.values()))
 
 
 def merge_hists(hists: Iterable[Hist]) -> Optional[Hist]:
