@@ -353,3 +353,14 @@ def test_like_every_derived_series_the_role_is_left_out_while_vllm_cannot_be_rea
     got = scraped(sc.poll_once())
     assert got[("vllm_sidecar_target_up", (("target", "vllm"),))] == 0.0
     assert not any(k[0].startswith("vllm_sidecar_role_") for k in got)
+
+
+def test_top_shows_the_role_its_conflict_kv_transfer_and_speculation():
+    from exporter.runtime.state import Published
+
+    screen = View(None, False).render(Published(t=T0, up=(("vllm", True),), signals=over("kv_consumer", role="prefill")))
+    assert "role prefill (the page contradicts it: receives_kv)" in screen
+    assert "KV transfer failed 3%" in screen and "prompt tokens by transfer 88%" in screen
+    spec = View(None, False).render(Published(t=T0, up=(("vllm", True),), signals=over("spec_eagle3")))
+    assert "speculative acceptance 51%   mean accepted length 2.53" in spec
+    assert "role" not in spec.split("\n")[0]  # role both: as before roles, not shown
