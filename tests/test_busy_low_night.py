@@ -106,14 +106,16 @@ def test_with_a_normal_history_the_learned_baseline_flags_within_a_minute(seed):
     assert h[-1][1].signals.model(M).busy_low.baseline == pytest.approx(learned, rel=0.05)
 
 
-def test_the_pack_fires_busy_low_on_the_night_from_what_the_sidecar_derives(tmp_path):
+@pytest.mark.parametrize("warm", [0.0, 300.0])
+def test_the_pack_fires_busy_low_on_the_night_from_what_the_sidecar_derives(tmp_path, warm):
+    """Without history and after a normal stretch the sidecar learned its baseline from."""
     from exporter.analysis.rulefile import load_rule_file
     from exporter.analysis.rulemanager import run as run_rules
     from exporter.analysis.series import Store
     from exporter.pack.rules import render_plain
     from exporter.slo import load_slo
 
-    h, stored = night(2, scrape=2)
+    h, stored = night(2, warmup=warm, scrape=2)
     target = (("namespace", "demo"), ("pod", "vllm-demo-0"))
     store = Store()
     for (name, labels), pts in stored.items():
@@ -127,7 +129,7 @@ def test_the_pack_fires_busy_low_on_the_night_from_what_the_sidecar_derives(tmp_
     start, end = store.time_range()
     times = np.arange(start, end + 1, 2000, dtype=np.int64)
     run = run_rules(load_rule_file(str(rules)), store, times, 2000)
-    t0 = 1_800_000_000.0
+    t0 = 1_800_000_000.0 + warm
     firing = sorted({int(times[i]) / 1000.0 - t0 for tr in run.alerts if tr.alertname == "VLLMGPUBusyLowThroughput"
                      for i in np.nonzero(tr.states.firing)[0]})
     assert firing, "VLLMGPUBusyLowThroughput never fired on the night"
