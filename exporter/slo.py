@@ -482,6 +482,8 @@ SCHEMA: Dict[str, Check] = {
     "gpu_busy_low.baseline_horizon": _duration,
     "gpu_busy_low.baseline_quantile": _number(0, 1, open_lo=True),
     "gpu_busy_low.baseline_min_busy": _duration,
+    "gpu_busy_low.planned_tokens_per_second": _number(0),
+    "gpu_busy_low.planned_prefill_tokens_per_second": _number(0),
     "stall.after": _duration,
     "gpu.fatal_xids": _int_list,
     "dashboards.cluster_label": _label_or_empty,

@@ -296,7 +296,9 @@ def test_first_read_gives_the_gauges_and_nothing_else(after_load):
     assert names(pts) == {"kv_cache_usage_ratio", "kv_cache_pressure_level", "requests_running",
                           "requests_waiting", "requests_waiting_for_capacity", "requests_waiting_for_batch",
                           "capacity_wait_cause", "kv_cache_usage_peak_ratio", "kv_cache_warn_poll_ratio",
-                          "kv_cache_capacity_wait_poll_ratio"}
+                          "kv_cache_capacity_wait_poll_ratio",
+                          # a gauge (vLLM's sleep state) and the role given, both known from one page
+                          "engine_sleep_level", "role_info"}
     # preemptions since vLLM started, maybe inside the window, maybe not: one page cannot say
     preempted = snap(pt.set_values(after_load, {"vllm:num_preemptions_total": 3}), T0)
     assert "kv_cache_pressure_level" not in names(derive([preempted], [preempted], T0, cfg()))

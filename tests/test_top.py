@@ -32,6 +32,7 @@ from exporter.runtime.signals import (
     Caches,
     Distribution,
     KvQueue,
+    KvTransfer,
     Latency,
     Lora,
     LoraAdapter,
@@ -41,7 +42,17 @@ from exporter.runtime.signals import (
     Throughput,
 )
 from exporter.runtime.state import Published
-from exporter.view.console import CAUSE, CEILING, DISTRIBUTIONS, FINISHED, OTHER, SCALARS, View, published_from_exposition
+from exporter.view.console import (
+    CAUSE,
+    CEILING,
+    DISTRIBUTIONS,
+    FINISHED,
+    MAPPINGS,
+    OTHER,
+    SCALARS,
+    View,
+    published_from_exposition,
+)
 
 # the KV line a saturated replica shows: usage 97%, six requests waiting, all for KV capacity
 KV_LINE = "  KV cache    usage 97%   pressure saturated   waiting 6 (for KV 6, cache full)"
@@ -92,8 +103,16 @@ def full_state() -> Published:
             latency=Latency(ttft=dist(0.4), ttft_mean=0.61, itl=dist(0.02), e2e=dist(3.0), queue_time=dist(0.1),
                             ttft_slo_attainment=0.875, itl_slo_attainment=0.9375),
             prompts=Prompts(length=dist(900.0), long_per_second=0.75, long_ratio=0.125),
-            caches=Caches(prefix_cache_hit_ratio=0.3, spec_decode_acceptance_ratio=0.6),
-            stalled=k > 1, busy_low=BusyLow(baseline=1500.0, threshold=450.0, flagged=k > 1))
+            caches=Caches(prefix_cache_hit_ratio=0.3, spec_decode_acceptance_ratio=0.6,
+                          spec_decode_mean_accepted_length=2.25, spec_decode_position_acceptance={"0": 0.75, "1": 0.5}),
+            stalled=k > 1, busy_low=BusyLow(baseline=1500.0, threshold=450.0, flagged=k > 1),
+            kv_transfer=KvTransfer(failure_ratio=0.125, failures_per_second={"transfer": 0.5, "notification": 0.25},
+                                   transfer_seconds=dist(0.05), post_seconds=dist(0.001), bytes_per_second=2.5e9,
+                                   transfers_per_second=12.0, expired_per_second=0.125,
+                                   notifications_after_expiry_per_second=0.0625,
+                                   waiting_fetch={"in_progress": 3.0, "waiting_to_start": 1.0, "completed_waiting": 0.0},
+                                   prompt_tokens_transferred_ratio=0.875, external_prefix_cache_hit_ratio=0.5),
+            sleep_level=k - 1)
 
     gpus = [GpuReading(index=i, uuid=f"GPU-{i}", name="NVIDIA H100 80GB HBM3", utilization=0.97, memory_used_bytes=7.1e10,
                        memory_total_bytes=8.5e10, power_watts=640.5, power_limit_watts=700.0, temperature_celsius=81.0,
@@ -104,7 +123,7 @@ def full_state() -> Published:
         t=1_800_000_000.0,
         signals=Signals(gpu_mean_utilization=0.97, models=(model("llama-3.1-70b", 1), model("llama-3.1-8b", 2)),
                         lora=Lora(max_adapters=2, adapters=(LoraAdapter("docs-lora", True), LoraAdapter("sql-lora", False)),
-                                  known=2, active=1)),
+                                  known=2, active=1), role="decode", role_conflicts=("no_kv_consumer",)),
         up=(("gpu", True), ("vllm", True)),
         last_success=(("gpu", 1_799_999_999.5), ("vllm", 1_799_999_999.25)),
         errors_total=((("gpu", "nvml"), 1), (("vllm", "refused"), 0), (("vllm", "timeout"), 4)),
@@ -119,9 +138,11 @@ def test_every_derived_series_is_read_back():
     """The console's table is the collectors' own: a new derived series with a field path is read
     back into that field; only these are read apart, by hand."""
     assert set(OTHER) == {"engine_stalled", "throughput_baseline_tokens_per_second",
-                          "throughput_low_threshold_tokens_per_second", "gpu_busy_low_throughput"}
-    assert set(DERIVED) == set(SCALARS) | set(DISTRIBUTIONS) | set(OTHER) | {FINISHED, CAUSE, CEILING}
-    assert set(POD_DERIVED) == {"gpu_mean_utilization_ratio"} | {n for n in POD_DERIVED if n.startswith("lora_")}
+                          "throughput_low_threshold_tokens_per_second", "gpu_busy_low_throughput", "engine_sleep_level"}
+    assert FINISHED in MAPPINGS  # a field path with one extra label: read back generically
+    assert set(DERIVED) == set(SCALARS) | set(DISTRIBUTIONS) | set(MAPPINGS) | set(OTHER) | {CAUSE, CEILING}
+    assert set(POD_DERIVED) == {"gpu_mean_utilization_ratio", "role_info", "role_conflict"} | {
+        n for n in POD_DERIVED if n.startswith("lora_")}
 
 
 def test_a_full_state_survives_the_round_trip_through_the_page():

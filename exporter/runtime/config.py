@@ -44,6 +44,7 @@ class Field:
     flag: bool = True
     slo: str = ""  # the SLO key this field's default comes from ("" : the default above)
     spelling: str = ""  # the flag's spelling when it is not --key-with-dashes (exporter-toolkit's --web.*)
+    blank_default: bool = False  # an empty value means the default (an env var from an absent pod label)
 
 
 FIELDS: Tuple[Field, ...] = (
@@ -68,6 +69,10 @@ FIELDS: Tuple[Field, ...] = (
     Field("web_idle_timeout", "float", 120.0, "seconds an idle keep-alive connection stays open (longer "
           "than the scrape interval, so Prometheus keeps its connection)", lo=0, hi=3600, lo_open=True,
           spelling="--web.idle-timeout"),
+    Field("role", "choice", "both", "this replica's part in prefill/decode disaggregation: `prefill`, `decode` "
+          "or `both` (a replica that does both, as without disaggregation); served as "
+          "vllm_sidecar_role_info; set it from a pod label through the downward API (empty, as from a pod "
+          "without the label: `both`)", choices=("prefill", "decode", "both"), blank_default=True),
     Field("poll_interval", "float", 2.0, "seconds between reads of vLLM and the GPUs", lo=0.05, hi=300),
     Field("window", "float", None, "sliding window of every derived rate, ratio and quantile (s)",
           lo=1, hi=3600, slo="windows.sidecar"),
@@ -111,6 +116,12 @@ FIELDS: Tuple[Field, ...] = (
           slo="gpu_busy_low.low_throughput_fraction"),
     Field("throughput_floor", "float", None, "tokens/s below which a busy pod is flagged while no "
           "baseline is learned yet", lo=0, slo="gpu_busy_low.throughput_floor"),
+    Field("planned_tokens_per_second", "float", None, "what one replica should make while busy (tokens/s, "
+          "your capacity plan); while no baseline is learned a busy pod is flagged below the low fraction of "
+          "it (0: no plan, only the floor)", lo=0, slo="gpu_busy_low.planned_tokens_per_second"),
+    Field("planned_prefill_tokens_per_second", "float", None, "the same for a prefill instance (`--role "
+          "prefill`), in prompt tokens/s (0: no plan, only the floor)", lo=0,
+          slo="gpu_busy_low.planned_prefill_tokens_per_second"),
     Field("baseline_horizon", "float", None, "seconds of busy history the baseline learns from",
           lo=60, hi=7 * 86400, slo="gpu_busy_low.baseline_horizon"),
     Field("baseline_quantile", "float", None, "percentile of busy-time throughput taken as normal",
@@ -119,7 +130,11 @@ FIELDS: Tuple[Field, ...] = (
           "replaces the floor", lo=0, slo="gpu_busy_low.baseline_min_busy"),
     Field("long_prompt_tokens", "float", None, "prompt length above which a request is long",
           lo=1, slo="long_prompt.tokens"),
-    Field("stall_seconds", "float", None, "requests running and no token for this long: stalled",
+    Field("long_prompt_surge_per_second", "float", None, "long prompts per second above which the sidecar "
+          "counts a surge (a degraded time its throughput baseline never learns from)", lo=0,
+          slo="long_prompt.min_per_second"),
+    Field("stall_seconds", "float", None, "requests running (or waiting with none running and no engine "
+          "iteration) and no token for this long: stalled",
           lo=1, slo="stall.after"),
     Field("slo_ttft_p95_seconds", "float", None, "TTFT p95 objective (s)", lo=0, lo_open=True,
           slo="objectives.ttft_p95_seconds"),
@@ -336,6 +351,8 @@ def _convert(spec: Field, raw: Any, origin: str) -> Any:
         return v
     if spec.kind == "choice":
         v = str(raw).strip().lower()
+        if not v and spec.blank_default:
+            return spec.default
         if v not in spec.choices:
             raise ConfigError(f"{where}: must be one of {', '.join(spec.choices)}, got {raw!r}")
         return v

@@ -65,9 +65,9 @@ Key = Tuple[str, Labels]  # (sample name, labels)
 
 # The derived series, grouped once by how they are read
 _PLAIN = tuple((PREFIX + n, s.read) for n, s in DERIVED.items() if not s.summary and not s.extra)
-_EXTRA = tuple((PREFIX + n, s.read, s.extra[0]) for n, s in DERIVED.items() if s.extra)
+_EXTRA = tuple((PREFIX + n, s.read, s.extra[0], s.extra[0] < "model_name") for n, s in DERIVED.items() if s.extra)
 _SUMMARY = tuple((PREFIX + n, s.read) for n, s in DERIVED.items() if s.summary)
-_POD = tuple((PREFIX + n, p.read, p.label) for n, p in POD_DERIVED.items())
+_POD = tuple((PREFIX + n, p.read, p.labels or p.label) for n, p in POD_DERIVED.items())
 _RES = PREFIX + RESOLUTION[0]
 _GPU = tuple((attr, PREFIX + name) for attr, name, _ in _GPU_GAUGES) + tuple(
     (attr, PREFIX + name + "_total") for attr, name, _ in _GPU_COUNTERS)
@@ -115,6 +115,25 @@ def _le_text(le: float) -> str:
     return repr(float(le))
 
 
+def _pod_rows(sig, ka, va) -> None:
+    """The derived series without model_name (``POD_DERIVED``) of one state, appended."""
+    for name, read, label in _POD:
+        v = read(sig)
+        if v is None:
+            continue
+        if isinstance(label, tuple):  # several labels: the keys are tuples of their values
+            for k, x in v.items():
+                ka((name, tuple(sorted(zip(label, k)))))
+                va(float(x))
+        elif label:
+            for k, x in v.items():
+                ka((name, ((label, k),)))
+                va(float(x))
+        else:
+            ka((name, _NONE_L))
+            va(float(v))
+
+
 def published_rows(pub) -> Tuple[Tuple[Key, ...], List[float]]:
     """The sidecar's own series of one published state: (keys, values), the values a scrape of
     /metrics shows for it (``collectors``). Written for speed: one poll's worth in tens of µs."""
@@ -123,17 +142,7 @@ def published_rows(pub) -> Tuple[Tuple[Key, ...], List[float]]:
     ka = keys.append
     va = vals.append
     sig = pub.signals
-    for name, read, label in _POD:
-        v = read(sig)
-        if v is None:
-            continue
-        if label:
-            for k, x in v.items():
-                ka((name, ((label, k),)))
-                va(float(x))
-        else:
-            ka((name, _NONE_L))
-            va(float(v))
+    _pod_rows(sig, ka, va)
     for m in sig.models:
         lab = (("model_name", m.model),)
         for name, read in _PLAIN:
@@ -141,11 +150,11 @@ def published_rows(pub) -> Tuple[Tuple[Key, ...], List[float]]:
             if v is not None:
                 ka((name, lab))
                 va(float(v))
-        for name, read, extra in _EXTRA:
+        for name, read, extra, before in _EXTRA:
             v = read(m)
             if v:
                 for k, x in v.items():
-                    ka((name, ((extra, k), lab[0])))
+                    ka((name, ((extra, k), lab[0]) if before else (lab[0], (extra, k))))
                     va(x)
         for name, read in _SUMMARY:
             d = read(m)

@@ -28,6 +28,20 @@ series together names the adapters that had requests since vLLM started. ``Snaps
 the series as read (``LoraSeries``) and the adapter names admitted under the cap; the signals
 read it from there (``signals.lora``).
 
+KV connectors (prefill/decode disaggregation): the NIXL connector's ``vllm:nixl_*`` series are
+read, and Mooncake's ``vllm:mooncake_*`` as aliases of the same inputs where they mean the same
+(transfer time, bytes, failed transfers, expired leases; Mooncake has no post time, no failed
+notifications and no notifications after expiry, and its ``num_failed_recvs`` is not read).
+``vllm:num_requests_kv_fetch_by_stage`` exists only on KV consumers (and ``kv_both`` instances);
+``vllm:prompt_tokens_by_source`` and ``vllm:external_prefix_cache_*`` are filled by every
+connector. ``vllm:engine_sleep_state`` and ``vllm:iteration_tokens_total`` (of which only the
+count is read: the engine's steps) are on every V1 page.
+
+``Builder.build`` goes through a page's rows once, in jobs: the newest name of each input
+(``_best_names``), the caps (``Builder._admit``), each sample checked and sorted (``_Work``), then
+the values indexed by model (``_index_values``) and the histograms checked whole
+(``_assemble_hists``).
+
 Caps (``Caps``): at most ``max_models`` models, ``max_engines`` engines and ``max_label_values``
 values of an extra label (finished_reason, reason) per input and model are taken from a page,
 and as many LoRA adapter names (the adapters of the newest series first, then by name).
@@ -92,6 +106,32 @@ INPUTS: Tuple[Input, ...] = (
     Input("queue_time", HISTOGRAM, ("vllm:request_queue_time_seconds",), False),
     Input("prompt_length", HISTOGRAM, ("vllm:request_prompt_tokens",), True),
     Input("generation_length", HISTOGRAM, ("vllm:request_generation_tokens",), False),
+    Input("iterations", COUNTER, ("vllm:iteration_tokens_total_count",), False,
+          doc="engine steps: the count of vLLM's tokens-per-step histogram (a wedged engine makes none); "
+              "only the count is read, not the buckets"),
+    # speculative decoding, beyond the acceptance ratio above
+    Input("spec_drafts", COUNTER, ("vllm:spec_decode_num_drafts_total",), False),
+    Input("spec_accepted_per_pos", COUNTER, ("vllm:spec_decode_num_accepted_tokens_per_pos_total",), False,
+          extra_label="position"),
+    Input("sleep_state", GAUGE, ("vllm:engine_sleep_state",), False, extra_label="sleep_state",
+          doc="1 on the engine's state now: awake, weights_offloaded (level 1) or discard_all (level 2)"),
+    # KV connectors (prefill/decode disaggregation): NIXL's series, Mooncake's where they match
+    Input("kv_xfer_time", HISTOGRAM, ("vllm:nixl_xfer_time_seconds", "vllm:mooncake_xfer_time_seconds"), False),
+    Input("kv_post_time", HISTOGRAM, ("vllm:nixl_post_time_seconds",), False),
+    Input("kv_bytes", HISTOGRAM, ("vllm:nixl_bytes_transferred", "vllm:mooncake_bytes_transferred"), False),
+    Input("kv_failed_transfers", COUNTER,
+          ("vllm:nixl_num_failed_transfers_total", "vllm:mooncake_num_failed_transfers_total"), False,
+          doc="failed KV transfers (NIXL: handshake and notification failures included)"),
+    Input("kv_failed_notifications", COUNTER, ("vllm:nixl_num_failed_notifications_total",), False),
+    Input("kv_expired", COUNTER, ("vllm:nixl_num_kv_expired_reqs_total", "vllm:mooncake_num_kv_expired_reqs_total"),
+          False, doc="requests whose KV lease expired on the producer before the consumer read it"),
+    Input("kv_notifications_after_expiry", COUNTER, ("vllm:nixl_num_notifications_after_expiry_total",), False),
+    Input("kv_fetch_by_stage", GAUGE, ("vllm:num_requests_kv_fetch_by_stage",), False, extra_label="stage",
+          doc="waiting requests by async KV load stage (KV consumers and kv_both only)"),
+    Input("prompt_tokens_by_source", COUNTER, ("vllm:prompt_tokens_by_source_total",), False,
+          extra_label="source", doc="local_compute, local_cache_hit, external_kv_transfer"),
+    Input("external_prefix_cache_queries", COUNTER, ("vllm:external_prefix_cache_queries_total",), False),
+    Input("external_prefix_cache_hits", COUNTER, ("vllm:external_prefix_cache_hits_total",), False),
 )
 INPUT_BY_KEY: Dict[str, Input] = {i.key: i for i in INPUTS}
 
@@ -104,6 +144,8 @@ GAUGE_RANGE: Dict[str, Tuple[float, float]] = {
     "waiting": (0.0, math.inf),
     "waiting_by_reason": (0.0, math.inf),
     "swapped": (0.0, math.inf),
+    "sleep_state": (0.0, 1.0),
+    "kv_fetch_by_stage": (0.0, math.inf),
 }
 
 PROCESS_START = "process_start_time_seconds"
@@ -304,6 +346,131 @@ class _Admission:
         return True
 
 
+def _best_names(rows) -> Dict[str, int]:
+    """Per input, the priority of the newest of its names present on the page."""
+    best: Dict[str, int] = {}
+    for r, _v in rows:
+        inp = r.input
+        if inp is not None:
+            p = best.get(inp.key)
+            if p is None or r.prio < p:
+                best[inp.key] = r.prio
+    return best
+
+
+class _Work:
+    """What one ``Builder.build`` collects while it goes through a page's rows."""
+
+    def __init__(self, snap: Snapshot, max_extra: int) -> None:
+        self.snap = snap
+        self.max_extra = max_extra
+        self.dropped_names: Dict[str, set] = {}
+        self.hist_parts: Dict[HistKey, list] = {}
+        self.bad_hists: set = set()
+        self.extras: Dict[Tuple[str, str], set] = {}
+        self.models: set = set()
+        self.admitted_models: Dict[str, bool] = {}
+        self.admitted_engines: Dict[str, bool] = {}
+        self.lora: List[LoraSeries] = []
+
+    def drop(self, cap: str, name: str) -> None:
+        dropped = self.snap.dropped
+        dropped[cap] = dropped.get(cap, 0) + 1
+        self.dropped_names.setdefault(cap, set()).add(name)
+
+    def reject(self, detail: str) -> None:
+        snap = self.snap
+        snap.rejected["invalid_value"] = snap.rejected.get("invalid_value", 0) + 1
+        if snap.rejected_detail is None:
+            snap.rejected_detail = detail
+
+    def other(self, r, v: float) -> None:
+        """A row of no input: vLLM's LoRA info or the process start time."""
+        if r.role == "lora":
+            if _TINY <= v <= _BIG:  # a unix time: finite and positive
+                self.lora.append(LoraSeries(r.max_lora, r.running, r.waiting, v))
+            else:
+                self.reject(f"{LORA_INFO} = {v!r}")
+        elif r.lo <= v <= r.hi:
+            self.snap.process_start = v
+        else:
+            self.reject(f"{PROCESS_START} = {v!r}")
+
+    def take(self, r: Route, v: float) -> None:
+        """One admitted sample of an input: checked, then into values, created or a histogram."""
+        inp, role, model, engine = r.input, r.role, r.model, r.engine
+        if not r.lo <= v <= r.hi:
+            self.reject(f"{inp.names[r.prio]} ({role}, model {model!r}, engine {engine!r}) = {v!r}")
+            if inp.kind == HISTOGRAM and role != "created":
+                self.bad_hists.add((inp.key, model, engine))
+            return
+        self.models.add(model)
+        if role == "value":
+            key = (inp.key, model, engine, r.extra)
+            values = self.snap.values
+            # labels this table folds (none on vLLM's pages today): add them up
+            values[key] = values.get(key, 0.0) + v
+        elif role == "created":
+            key = (inp.key, model, engine, r.extra)
+            created = self.snap.created
+            created[key] = min(v, created.get(key, v))
+        else:
+            parts = self.hist_parts.get((inp.key, model, engine))
+            if parts is None:
+                parts = self.hist_parts[(inp.key, model, engine)] = [{}, None, None]
+            if role == "bucket":
+                b = parts[0]
+                b[r.le] = b.get(r.le, 0.0) + v
+            elif role == "sum":
+                parts[1] = (parts[1] or 0.0) + v
+            else:
+                parts[2] = (parts[2] or 0.0) + v
+
+
+def _index_values(snap: Snapshot) -> None:
+    """``by_model``: every value of one input and model, (engine, extra, value)."""
+    by_model = snap.by_model
+    for (k, m, e, x), v in snap.values.items():
+        lst = by_model.get((k, m))
+        if lst is None:
+            lst = by_model[(k, m)] = []
+        lst.append((e, x, v))
+
+
+def _reject_hist(snap: Snapshot, detail: str) -> None:
+    snap.rejected["invalid_value"] = snap.rejected.get("invalid_value", 0) + 1
+    if snap.rejected_detail is None:
+        snap.rejected_detail = detail
+
+
+def _assemble_hists(snap: Snapshot, hist_parts: Dict[HistKey, list], bad_hists: set) -> None:
+    """The histograms whose every part was valid, checked whole: a sum present and not negative,
+    bucket counts that grow with the bound and end at the count."""
+    hists_by = snap.hists_by_model
+    for hkey, (b, hsum, hcount) in hist_parts.items():
+        if not b or hkey in bad_hists:
+            continue
+        buckets = tuple(sorted(b.items()))
+        top = buckets[-1][1] if math.isinf(buckets[-1][0]) else None
+        if hcount is None:
+            hcount = top if top is not None else 0.0
+        if hsum is None or hsum < 0:
+            # a histogram without its sum (a line lost) or with an impossible one: left out
+            # whole, so the window keeps the last good one instead of a sum of zero
+            _reject_hist(snap, f"histogram {hkey[0]} of model {hkey[1]!r} has no valid _sum")
+            continue
+        if (top is not None and hcount != top) or any(
+                buckets[i][1] > buckets[i + 1][1] for i in range(len(buckets) - 1)):
+            # not a histogram: counts must grow with the bound and end at the count
+            _reject_hist(snap, f"histogram {hkey[0]} of model {hkey[1]!r} is not cumulative")
+            continue
+        h = snap.hists[hkey] = Hist(buckets=buckets, sum=hsum, count=hcount)
+        lst = hists_by.get(hkey[:2])
+        if lst is None:
+            lst = hists_by[hkey[:2]] = []
+        lst.append(h)
+
+
 class Builder:
     """Sorts routed samples into a Snapshot, applying the caps (state: what was admitted)."""
 
@@ -316,141 +483,58 @@ class Builder:
         """``rows``: (Route, value) pairs in page order."""
         self.models.expire(t)
         self.engines.expire(t)
-        best: Dict[str, int] = {}
-        for r, _v in rows:
-            inp = r.input
-            if inp is not None:
-                p = best.get(inp.key)
-                if p is None or r.prio < p:
-                    best[inp.key] = r.prio
+        best = _best_names(rows)
         snap = Snapshot(t=t)
-        values = snap.values
-        created = snap.created
-        rejected = snap.rejected
-        dropped = snap.dropped
-        dropped_names: Dict[str, set] = {}
-        hist_parts: Dict[HistKey, list] = {}
-        bad_hists = set()
-        extras: Dict[Tuple[str, str], set] = {}
-        models = set()
-        admitted_models: Dict[str, bool] = {}
-        admitted_engines: Dict[str, bool] = {}
-        max_extra = self.caps.max_label_values
+        work = _Work(snap, self.caps.max_label_values)
         routed = 0
-        lora: List[LoraSeries] = []
+        models, engines, take = work.admitted_models, work.admitted_engines, work.take
         for r, v in rows:
             inp = r.input
             if inp is None:
                 if r.role == "lora":
                     routed += 1
-                    if _TINY <= v <= _BIG:  # a unix time: finite and positive
-                        lora.append(LoraSeries(r.max_lora, r.running, r.waiting, v))
-                    else:
-                        rejected["invalid_value"] = rejected.get("invalid_value", 0) + 1
-                        snap.rejected_detail = snap.rejected_detail or f"{LORA_INFO} = {v!r}"
-                    continue
-                if r.lo <= v <= r.hi:
-                    snap.process_start = v
-                else:
-                    rejected["invalid_value"] = rejected.get("invalid_value", 0) + 1
-                    snap.rejected_detail = snap.rejected_detail or f"{PROCESS_START} = {v!r}"
+                work.other(r, v)
                 continue
             routed += 1
             if r.prio != best[inp.key]:
                 continue
-            model = r.model
-            ok = admitted_models.get(model)
-            if ok is None:
-                ok = admitted_models[model] = self.models.admit(model, t)
-            if not ok:
-                dropped["max_models"] = dropped.get("max_models", 0) + 1
-                dropped_names.setdefault("max_models", set()).add(model)
-                continue
-            engine = r.engine
-            ok = admitted_engines.get(engine)
-            if ok is None:
-                ok = admitted_engines[engine] = self.engines.admit(engine, t)
-            if not ok:
-                dropped["max_engines"] = dropped.get("max_engines", 0) + 1
-                dropped_names.setdefault("max_engines", set()).add(engine)
-                continue
-            if r.extra:
-                seen = extras.setdefault((inp.key, model), set())
-                if r.extra not in seen:
-                    if len(seen) >= max_extra:
-                        dropped["max_label_values"] = dropped.get("max_label_values", 0) + 1
-                        dropped_names.setdefault("max_label_values", set()).add(f"{inp.extra_label}={r.extra}")
-                        continue
-                    seen.add(r.extra)
-            role = r.role
-            if not r.lo <= v <= r.hi:
-                rejected["invalid_value"] = rejected.get("invalid_value", 0) + 1
-                if snap.rejected_detail is None:
-                    snap.rejected_detail = (f"{inp.names[r.prio]} ({role}, model {model!r}, engine {engine!r}) "
-                                            f"= {v!r}")
-                if inp.kind == HISTOGRAM and role != "created":
-                    bad_hists.add((inp.key, model, engine))
-                continue
-            models.add(model)
-            if role == "value":
-                key = (inp.key, model, engine, r.extra)
-                # labels this table folds (none on vLLM's pages today): add them up
-                values[key] = values.get(key, 0.0) + v
-            elif role == "created":
-                key = (inp.key, model, engine, r.extra)
-                created[key] = min(v, created.get(key, v))
-            else:
-                parts = hist_parts.get((inp.key, model, engine))
-                if parts is None:
-                    parts = hist_parts[(inp.key, model, engine)] = [{}, None, None]
-                if role == "bucket":
-                    b = parts[0]
-                    b[r.le] = b.get(r.le, 0.0) + v
-                elif role == "sum":
-                    parts[1] = (parts[1] or 0.0) + v
-                else:
-                    parts[2] = (parts[2] or 0.0) + v
-        by_model = snap.by_model
-        for (k, m, e, x), v in values.items():
-            lst = by_model.get((k, m))
-            if lst is None:
-                lst = by_model[(k, m)] = []
-            lst.append((e, x, v))
-        hists_by = snap.hists_by_model
-        for hkey, (b, hsum, hcount) in hist_parts.items():
-            if not b or hkey in bad_hists:
-                continue
-            buckets = tuple(sorted(b.items()))
-            top = buckets[-1][1] if math.isinf(buckets[-1][0]) else None
-            if hcount is None:
-                hcount = top if top is not None else 0.0
-            if hsum is None or hsum < 0:
-                # a histogram without its sum (a line lost) or with an impossible one: left out
-                # whole, so the window keeps the last good one instead of a sum of zero
-                rejected["invalid_value"] = rejected.get("invalid_value", 0) + 1
-                if snap.rejected_detail is None:
-                    snap.rejected_detail = f"histogram {hkey[0]} of model {hkey[1]!r} has no valid _sum"
-                continue
-            if (top is not None and hcount != top) or any(
-                    buckets[i][1] > buckets[i + 1][1] for i in range(len(buckets) - 1)):
-                # not a histogram: counts must grow with the bound and end at the count
-                rejected["invalid_value"] = rejected.get("invalid_value", 0) + 1
-                if snap.rejected_detail is None:
-                    snap.rejected_detail = f"histogram {hkey[0]} of model {hkey[1]!r} is not cumulative"
-                continue
-            h = snap.hists[hkey] = Hist(buckets=buckets, sum=hsum, count=hcount)
-            lst = hists_by.get(hkey[:2])
-            if lst is None:
-                lst = hists_by[hkey[:2]] = []
-            lst.append(h)
-        if lora:
-            snap.lora = self._lora(lora, dropped, dropped_names)
+            if (models.get(r.model) and engines.get(r.engine) and not r.extra) or self._admit(r, t, work):
+                take(r, v)  # (the first test: a model and engine already admitted, no extra label)
+        _index_values(snap)
+        _assemble_hists(snap, work.hist_parts, work.bad_hists)
+        if work.lora:
+            snap.lora = self._lora(work.lora, snap.dropped, work.dropped_names)
         snap.resolved = {k: INPUT_BY_KEY[k].names[p] for k, p in best.items()}
-        snap.models = frozenset(models)
+        snap.models = frozenset(work.models)
         snap.vllm_samples = routed + counted
-        snap.dropped_names = {k: tuple(sorted(v)) for k, v in dropped_names.items()}
+        snap.dropped_names = {k: tuple(sorted(v)) for k, v in work.dropped_names.items()}
         return snap
 
+    def _admit(self, r: Route, t: float, work: "_Work") -> bool:
+        """Whether the series' model, engine and extra label value fit under the caps (the
+        admissions are decided once per page and name)."""
+        model = r.model
+        ok = work.admitted_models.get(model)
+        if ok is None:
+            ok = work.admitted_models[model] = self.models.admit(model, t)
+        if not ok:
+            work.drop("max_models", model)
+            return False
+        engine = r.engine
+        ok = work.admitted_engines.get(engine)
+        if ok is None:
+            ok = work.admitted_engines[engine] = self.engines.admit(engine, t)
+        if not ok:
+            work.drop("max_engines", engine)
+            return False
+        if r.extra:
+            seen = work.extras.setdefault((r.input.key, model), set())
+            if r.extra not in seen:
+                if len(seen) >= work.max_extra:
+                    work.drop("max_label_values", f"{r.input.extra_label}={r.extra}")
+                    return False
+                seen.add(r.extra)
+        return True
 
     def _lora(self, series: List[LoraSeries], dropped: Dict[str, int],
               dropped_names: Dict[str, set]) -> LoraPage:

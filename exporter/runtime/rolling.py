@@ -8,7 +8,8 @@ ring of ``(t, totals)`` (one flat ``array('d')``), so the increase over any wind
 covers is one subtraction per total, ``totals(last) - totals(first)``, whatever the number of
 polls in the window. Gauges are read from the latest snapshot; the KV-usage trend keeps running
 sums for its least-squares slope; the stall check keeps, per model, when requests were last not
-running. The cost of a poll grows with the series on the page, never with the window.
+running and when the engine was last not wedged (requests waiting, none running). The cost of a
+poll grows with the series on the page, never with the window.
 
 Increases, like Prometheus' ``rate()``: a value lower than the one before means the counter
 restarted from zero, so the whole new value is the increase (for a histogram: its count or any
@@ -160,6 +161,7 @@ class Windows:
         self._head = 0
         self._trend: Dict[str, _Trend] = {}
         self._not_running: Dict[str, float] = {}
+        self._not_queued: Dict[str, float] = {}  # last time not (requests waiting, none running)
         self._absent_t = -math.inf
         self._model_seen: Dict[str, float] = {}
         self._step: Dict[Tuple[str, str], float] = {}
@@ -291,6 +293,35 @@ class Windows:
                 mk = (inp, key[1])
                 if inc > new_step.get(mk, 0.0):
                     new_step[mk] = inc
+        rejected += self._add_hists(snap, proc, t, credit, new_step)
+        self._step = new_step
+
+        self._track_models(snap, t, prev_t)
+
+        # the ring
+        self._times.append(t)
+        self._ring.append(array("d", agg))
+        horizon = t - self.retention
+        times = self._times
+        while self._head < len(times) - 1 and times[self._head] < horizon:
+            self._head += 1
+        if self._head > 64 and self._head * 2 > len(times):
+            del times[: self._head]
+            del self._ring[: self._head]
+            self._head = 0
+        self.latest = snap
+        self.polls += 1
+        if self.polls % 32 == 0:
+            self._forget(t)
+        return AddResult(restart, other, rejected)
+
+    def _add_hists(self, snap: Snapshot, proc: _Proc, t: float, credit, new_step: Dict[Tuple[str, str], float]) -> int:
+        """The histograms of one snapshot into the running totals (``add``'s rules); the number
+        of histograms rejected as impossible."""
+        agg = self._agg
+        down = proc.down
+        named = proc.start is not None
+        rejected = 0
         hlast = proc.hlast
         for hkey, h in snap.hists.items():
             prev = hlast.get(hkey)
@@ -348,21 +379,25 @@ class Windows:
                 agg[hs.sum] += h.sum
                 agg[hs.count] += h.count
             hlast[hkey] = (h, t, slots, les)
-        self._step = new_step
+        return rejected
 
-        # gauges, the KV trend and the stall bookkeeping, per model
+    def _track_models(self, snap: Snapshot, t: float, prev_t: Optional[float]) -> None:
+        """Gauges, the KV trend and the stall bookkeeping, per model: when requests were last not
+        running, when the engine was last not wedged (requests waiting, none running)."""
         lo = t - self.window
-        models = snap.models
         seen = self._model_seen
-        for m in models:
+        for m in snap.models:
             if m not in seen:
-                self._not_running[m] = prev_t if prev_t is not None else -math.inf
+                self._not_running[m] = self._not_queued[m] = prev_t if prev_t is not None else -math.inf
             seen[m] = t
         if not (snap.present("running") and snap.present("generation_tokens")):
             self._absent_t = t
         for m in seen:
-            if sum(snap.gauge("running", m)) <= 0:
+            idle = sum(snap.gauge("running", m)) <= 0
+            if idle:
                 self._not_running[m] = t
+            if not idle or sum(snap.gauge("waiting", m)) <= 0:
+                self._not_queued[m] = t
             kv = snap.gauge("kv_usage", m)
             tr = self._trend.get(m)
             if kv:
@@ -371,23 +406,6 @@ class Windows:
                 tr.add(t, max(kv))
             if tr is not None:
                 tr.evict(lo)
-
-        # the ring
-        self._times.append(t)
-        self._ring.append(array("d", agg))
-        horizon = t - self.retention
-        times = self._times
-        while self._head < len(times) - 1 and times[self._head] < horizon:
-            self._head += 1
-        if self._head > 64 and self._head * 2 > len(times):
-            del times[: self._head]
-            del self._ring[: self._head]
-            self._head = 0
-        self.latest = snap
-        self.polls += 1
-        if self.polls % 32 == 0:
-            self._forget(t)
-        return AddResult(restart, other, rejected)
 
     def _forget(self, t: float) -> None:
         """Drop what has not been seen for ``memory`` seconds (series, processes, models)."""
@@ -406,6 +424,7 @@ class Windows:
         for m in gone:
             del self._model_seen[m]
             self._not_running.pop(m, None)
+            self._not_queued.pop(m, None)
             self._trend.pop(m, None)
         if gone:
             self._compact()
@@ -553,7 +572,9 @@ class View:
         return tr.slope() if tr is not None else None
 
     def stalled(self, model: str, stall_seconds: float) -> Optional[bool]:
-        """Requests running throughout the last ``stall_seconds`` and not one token produced.
+        """Requests running throughout the last ``stall_seconds`` and not one token produced; or
+        a wedged engine: requests waiting and none running throughout, no token and no engine
+        iteration (``iterations``, where the page has it).
 
         None while the history does not reach back that far or the inputs were missing."""
         w = self.w
@@ -564,16 +585,19 @@ class View:
         at = times[anchor]
         if w._absent_t >= at:
             return None
-        if w._not_running.get(model, math.inf) >= at:
+        wedged = w._not_queued.get(model, math.inf) < at
+        if w._not_running.get(model, math.inf) >= at and not wedged:
             return False
+        first, last = w._ring[anchor], self._last
+
+        def grew(slots) -> bool:
+            return sum((last[s] if s < len(last) else 0.0) - (first[s] if s < len(first) else 0.0) for s in slots) > 0
+
         d = w._ctr.get(("generation_tokens", model))
-        if not d:
-            return True
-        first = w._ring[anchor]
-        last = self._last
-        inc = sum((last[s] if s < len(last) else 0.0) - (first[s] if s < len(first) else 0.0)
-                  for s in d.values())
-        return inc <= 0
+        if d and grew(d.values()):
+            return False
+        steps = w._ctr.get(("iterations", model))
+        return not (wedged and steps and grew(steps.values()))
 
 
 def merge_hists(hists: Iterable[Hist]) -> Optional[Hist]:

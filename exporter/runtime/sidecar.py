@@ -37,7 +37,7 @@ from .gpu import GpuState, GpuUnavailable
 from .inputs import INPUTS, Caps, Reader, Snapshot
 from .logs import StateLog, summarize
 from .rolling import Windows
-from .signals import Baseline, Signals, derive_view, tracker_for
+from .signals import Baseline, Signals, derive_view, learnable, tracker_for
 from .state import Published
 
 log = logging.getLogger("vllm_sidecar")
@@ -47,6 +47,9 @@ GPU_REASONS = ("nvml_init", "nvml", "gpu_lost")
 SIDECAR_REASONS = ("internal",)
 # Why samples were left out of a page: the caps on models, engines, extra label values.
 CAP_REASONS = ("max_models", "max_engines", "max_label_values")
+# What each reason of vllm_sidecar_role_conflict means, for the log line
+_ROLE_WHY = {"no_kv_consumer": "no vllm:num_requests_kv_fetch_by_stage series (this vLLM is no KV consumer)",
+             "receives_kv": "prompt tokens arrive by KV transfer (source external_kv_transfer)"}
 
 
 @dataclass
@@ -290,6 +293,7 @@ class Sidecar:
             try:
                 signals = derive_view(self.windows.view(now), self.cfg, mean_util, self.baseline, self.capacity)
                 self._learn(signals, now)
+                self._say_role(signals)
                 self._ok("vllm", now)
             except Exception as exc:  # noqa: BLE001
                 self._internal(exc)
@@ -335,17 +339,27 @@ class Sidecar:
                 self.states._said[("flight",)] = name
 
     def _learn(self, signals: Signals, now: float) -> None:
-        """Feed the baseline with busy-time throughput, never with flagged (bad) samples, nor
-        while two vLLM processes answer one URL (their rates are not this pod's)."""
+        """Feed the baseline with busy-time throughput of the replica's work, never from a poll
+        the sidecar reports as degraded (``signals.learnable``: KV pressure, requests held back,
+        a long-prompt surge, stalled, sleeping, flagged), nor while two vLLM processes answer one
+        URL (their rates are not this pod's)."""
         if self.polls % 64 == 0:
             self.baseline.forget_old(now, self.cfg.max_models)
         util = signals.gpu_mean_utilization
         if util is None or util < self.cfg.busy_utilization or self.windows.multiple_processes(now):
             return
         for m in signals.models:
-            gen = m.throughput.generation_tokens_per_second
-            if gen is not None and not (m.busy_low and m.busy_low.flagged):
-                self.baseline.record(m.model, now, gen)
+            rate = learnable(m, util, self.cfg.busy_utilization, self.cfg.role, self.cfg.long_prompt_surge_per_second)
+            if rate is not None:
+                self.baseline.record(m.model, now, rate)
+
+    def _say_role(self, signals: Signals) -> None:
+        """One line when vLLM's page starts or stops contradicting the role given."""
+        why = signals.role_conflicts
+        role = self.cfg.role
+        self.states.change(("role",), why, logging.WARNING if why else logging.INFO,
+                           (f"vLLM's page contradicts role {role}: " + ", ".join(_ROLE_WHY.get(r, r) for r in why))
+                           if why else f"vLLM's page agrees with role {role}", quiet_first=True, role=role)
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

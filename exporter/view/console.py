@@ -23,10 +23,23 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextI
 
 from ..runtime.collectors import DERIVED
 from ..runtime.gpu import THROTTLE_REASONS, GpuReading, GpuState
-from ..runtime.signals import BusyLow, Caches, Distribution, KvQueue, Latency, Lora, ModelSignals, Prompts, Signals, Throughput
+from ..runtime.signals import (
+    BusyLow,
+    Caches,
+    Distribution,
+    KvQueue,
+    KvTransfer,
+    Latency,
+    Lora,
+    ModelSignals,
+    Prompts,
+    Signals,
+    Throughput,
+)
 from ..runtime.state import Published
 
 LEVELS = {0: "ok", 1: "elevated", 2: "saturated", 3: "thrashing"}
+SLEEP = {1: "weights offloaded", 2: "weights and KV cache discarded"}
 
 
 def fmt(v: Optional[float], unit: str = "", digits: int = 2) -> str:
@@ -64,6 +77,8 @@ class View:
         """Remember when each kind of trouble was first seen."""
         up = dict(pub.up)
         for m in pub.signals.models:
+            if m.sleeping:
+                self.note("engine sleeping", elapsed)
             if m.busy_low is not None and m.busy_low.flagged:
                 self.note("GPU busy, tokens low", elapsed)
             if m.stalled:
@@ -72,6 +87,8 @@ class View:
                 self.note(f"KV pressure {LEVELS[m.kv.pressure_level]}", elapsed)
             if (m.prompts.long_per_second or 0) > long_prompt_rate:
                 self.note("long-prompt surge", elapsed)
+        if pub.signals.role_conflicts:
+            self.note("page contradicts the role", elapsed)
         if up.get("vllm") is False:
             self.note("vLLM unreachable", elapsed)
         if pub.vllm_restarts_total:
@@ -81,11 +98,13 @@ class View:
         tp, kv, lat, pr = m.throughput, m.kv, m.latency, m.prompts
         level = kv.pressure_level
         bl = m.busy_low
-        return [
+        # a sleeping engine is neither idle capacity nor "GPU busy, tokens low": it sleeps
+        verdict = "— (sleeping)" if m.sleeping else _yes(bl.flagged if bl else None)
+        lines = [
             f"  model       {m.model}",
             f"  throughput  {fmt(tp.generation_tokens_per_second, ' tok/s', 0)} out   "
             f"{fmt(tp.prompt_tokens_per_second, ' tok/s', 0)} in   baseline {fmt(bl.baseline if bl else None, ' tok/s', 0)}"
-            f"   GPU busy + tokens low: {_yes(bl.flagged if bl else None)}",
+            f"   GPU busy + tokens low: {verdict}",
             f"  latency     TTFT p50 {fmt(_q(lat.ttft, 0.5), 's')} p95 {fmt(_q(lat.ttft, 0.95), 's')} "
             f"p99 {fmt(_q(lat.ttft, 0.99), 's')}   ITL p95 {fmt(_q(lat.itl, 0.95), 's')}"
             f"   e2e p95 {fmt(_q(lat.e2e, 0.95), 's')}",
@@ -98,8 +117,26 @@ class View:
             f"   prefix-cache hits {fmt(m.caches.prefix_cache_hit_ratio, '%')}",
             f"  SLO         TTFT within objective {fmt(lat.ttft_slo_attainment, '%')}   speed within objective "
             f"{fmt(lat.itl_slo_attainment, '%')}   errors {fmt(tp.error_ratio, '%')}",
-            f"  engine      stalled: {_yes(m.stalled)}",
+            "  engine      " + (f"SLEEPING (level {m.sleep_level}: {SLEEP.get(m.sleep_level, '?')}; not spare "
+                                 f"capacity, not stalled)" if m.sleeping else f"stalled: {_yes(m.stalled)}"),
         ]
+        return lines + self.extra_lines(m)
+
+    @staticmethod
+    def extra_lines(m: ModelSignals) -> List[str]:
+        """KV transfer and speculative decoding, only where vLLM serves them."""
+        out = []
+        x, c = m.kv_transfer, m.caches
+        if x != KvTransfer():
+            fetch = sum(x.waiting_fetch.values()) if x.waiting_fetch else None
+            out.append(f"  KV transfer failed {fmt(x.failure_ratio, '%')}   p95 {fmt(_q(x.transfer_seconds, 0.95), 's')}"
+                       f"   {fmt(x.transfers_per_second, '/s')}   waiting on fetch {fmt(fetch, '', 0)}"
+                       f"   prompt tokens by transfer {fmt(x.prompt_tokens_transferred_ratio, '%')}"
+                       f"   expired {fmt(x.expired_per_second, '/s')}")
+        if c.spec_decode_acceptance_ratio is not None or c.spec_decode_mean_accepted_length is not None:
+            out.append(f"  speculative acceptance {fmt(c.spec_decode_acceptance_ratio, '%')}"
+                       f"   mean accepted length {fmt(c.spec_decode_mean_accepted_length)}")
+        return out
 
     @staticmethod
     def lora_lines(lo: Lora) -> List[str]:
@@ -118,7 +155,11 @@ class View:
     def render(self, pub: Published, header: Sequence[str] = (), footer: Sequence[str] = ()) -> str:
         up = dict(pub.up)
         lines = list(header)
-        lines.append(f"  vLLM        {'up' if up.get('vllm') else 'DOWN'}   restarts seen {pub.vllm_restarts_total}")
+        sig = pub.signals
+        role = f"   role {sig.role}" if sig.role and sig.role != "both" else ""
+        if sig.role_conflicts:
+            role += f" (the page contradicts it: {', '.join(sig.role_conflicts)})"
+        lines.append(f"  vLLM        {'up' if up.get('vllm') else 'DOWN'}   restarts seen {pub.vllm_restarts_total}{role}")
         if not pub.signals.models:
             lines.append("  (no signals yet: rates and quantiles need two reads)")
         for m in pub.signals.models:
@@ -153,12 +194,16 @@ DISTRIBUTIONS: Dict[str, Tuple[str, str]] = {n: s.at for n, s in DERIVED.items()
 # read apart: requests_finished_per_second (by finished_reason), engine_stalled, and the three
 # series of "GPU busy, tokens low" (baseline, threshold, verdict)
 FINISHED = "requests_finished_per_second"
+# series with a field path and one extra label: {label value: value} in that field
+MAPPINGS: Dict[str, Tuple[str, str]] = {n: s.at for n, s in DERIVED.items() if s.at and s.extra}
 # the two series whose label is the value: the capacity waiters' cause, the batch ceiling's source
 CAUSE, CEILING = "capacity_wait_cause", "batch_ceiling_requests"
-OTHER = tuple(n for n in DERIVED if n not in SCALARS and n not in DISTRIBUTIONS and n not in (FINISHED, CAUSE, CEILING))
+OTHER = tuple(n for n in DERIVED if n not in SCALARS and n not in DISTRIBUTIONS and n not in MAPPINGS
+              and n not in (CAUSE, CEILING))
 CAUSES = {"kv_usage": "cache full", "kv_batch": "batch below its ceiling, prompts do not fit",
           "batch_full": "batch at its ceiling"}
-_PARTS = {"throughput": Throughput, "kv": KvQueue, "latency": Latency, "prompts": Prompts, "caches": Caches}
+_PARTS = {"throughput": Throughput, "kv": KvQueue, "latency": Latency, "prompts": Prompts, "caches": Caches,
+          "kv_transfer": KvTransfer}
 
 
 def _lora_from(each) -> Optional[Lora]:
@@ -218,8 +263,10 @@ def published_from_exposition(text: str, t: float) -> Published:
         for model in set(qs) | set(counts):
             part(model, where)[fld] = Distribution(tuple(sorted(qs.get(model, []))), count=counts.get(model, 0.0),
                                                    sum=sums.get(model, 0.0))
-    for labels, v in each(FINISHED):
-        part(labels["model_name"], DERIVED[FINISHED].at[0]).setdefault(DERIVED[FINISHED].at[1], {})[labels["finished_reason"]] = v
+    for name, (where, fld) in MAPPINGS.items():
+        label = DERIVED[name].extra[0]
+        for labels, v in each(name):
+            part(labels["model_name"], where).setdefault(fld, {})[labels[label]] = v
     for labels, v in each(CAUSE):
         if v == 1.0:
             part(labels["model_name"], "kv")["wait_cause"] = labels["cause"]
@@ -238,12 +285,16 @@ def published_from_exposition(text: str, t: float) -> Published:
                            threshold=other.get("throughput_low_threshold_tokens_per_second", 0.0),
                            flagged=other["gpu_busy_low_throughput"] == 1.0)
         stalled = other.get("engine_stalled")
+        sleep = other.get("engine_sleep_level")
         out_models.append(ModelSignals(
             model=model, **{k: cls(**parts[k]) for k, cls in _PARTS.items()},
-            stalled=None if stalled is None else stalled == 1.0, busy_low=busy))
+            stalled=None if stalled is None else stalled == 1.0, busy_low=busy,
+            sleep_level=None if sleep is None else int(sleep)))
     util = [v for _, v in each("gpu_mean_utilization_ratio")]
+    role = next((lab["role"] for lab, _ in each("role_info")), None)
     signals = Signals(gpu_mean_utilization=util[0] if util else None, models=tuple(out_models),
-                      lora=_lora_from(each))
+                      lora=_lora_from(each), role=role,
+                      role_conflicts=tuple(sorted(lab["reason"] for lab, v in each("role_conflict") if v == 1.0)))
 
     up = tuple(sorted((lab["target"], v == 1.0) for lab, v in each("target_up")))
     gpu_source = next((lab["collector"] for lab, _ in each("collector_success") if lab["collector"] != "vllm"), "")

@@ -103,14 +103,40 @@ DERIVED: Dict[str, Series] = {
                                      "caches.prefix_cache_hit_ratio"),
     "spec_decode_acceptance_ratio": Series("Accepted over drafted speculative tokens, over the window.",
                                            "caches.spec_decode_acceptance_ratio"),
-    "throughput_baseline_tokens_per_second": Series("Learned normal generation throughput of this pod while its GPUs are busy (a high percentile over the baseline horizon).",
+    "spec_decode_mean_accepted_length": Series("Speculative decoding's mean accepted length over the window: 1 + accepted tokens / drafts (tokens one verify step yields).",
+                                               "caches.spec_decode_mean_accepted_length"),
+    "spec_decode_position_acceptance_ratio": Series("Per draft position: drafts whose token at that position was accepted / drafts, over the window.",
+                                                    "caches.spec_decode_position_acceptance", ("position",)),
+    "throughput_baseline_tokens_per_second": Series("Learned normal generation throughput of this pod while its GPUs are busy (a high percentile over the baseline horizon; prompt tokens/s on a prefill instance; never learned from a degraded time).",
                                                     lambda m: m.busy_low.baseline if m.busy_low else None),
-    "throughput_low_threshold_tokens_per_second": Series("Throughput under which a busy pod is flagged: the baseline times the low fraction, or the floor before a baseline is learned.",
+    "throughput_low_threshold_tokens_per_second": Series("Throughput under which a busy pod is flagged: the baseline times the low fraction, or before a baseline is learned the planned per-replica rate times the low fraction (gpu_busy_low.planned_tokens_per_second), never below the floor.",
                                                          lambda m: m.busy_low.threshold if m.busy_low else None),
-    "gpu_busy_low_throughput": Series("1 while the pod's GPUs are busy and generation throughput is far below this pod's normal.",
+    "gpu_busy_low_throughput": Series("1 while the pod's GPUs are busy and generation throughput (prompt throughput on a prefill instance) is far below this pod's normal; never while the engine sleeps.",
                                       lambda m: _flag(m.busy_low.flagged) if m.busy_low else None),
-    "engine_stalled": Series("1 while requests are running and no token has been produced for the stall time.",
+    "engine_stalled": Series("1 while requests are running and no token has been produced for the stall time, or while requests wait with none running and the engine makes no iteration and no token (a wedged engine; vLLM's /health still answers 200); 0 while the engine sleeps.",
                              lambda m: _flag(m.stalled)),
+    "engine_sleep_level": Series("vLLM's sleep mode: 0 awake, 1 weights offloaded, 2 weights and KV cache discarded (the lowest of the model's engines); absent where vLLM does not say.",
+                                 lambda m: m.sleep_level),
+    "kv_transfer_failure_ratio": Series("Failed KV transfers / (failed + completed) over the window (prefill/decode disaggregation; NIXL or Mooncake).",
+                                        "kv_transfer.failure_ratio"),
+    "kv_transfer_failures_per_second": Series("Failed KV transfers per second over the window, by kind: transfer (every failure the connector counts), notification (NIXL's failed notifications, a part of the former).",
+                                              "kv_transfer.failures_per_second", ("kind",)),
+    "kv_transfer_seconds": Series("KV transfer time: quantiles over the window; _sum and _count are vLLM's totals.",
+                                  "kv_transfer.transfer_seconds", summary=True),
+    "kv_transfer_post_seconds": Series("KV transfer post time: quantiles over the window; _sum and _count are vLLM's totals.",
+                                       "kv_transfer.post_seconds", summary=True),
+    "kv_transfer_bytes_per_second": Series("Bytes of KV cache moved per second over the window.", "kv_transfer.bytes_per_second"),
+    "kv_transfers_per_second": Series("Completed KV transfers per second over the window.", "kv_transfer.transfers_per_second"),
+    "kv_expired_requests_per_second": Series("Requests per second whose KV lease expired on the producer before the consumer read it.",
+                                             "kv_transfer.expired_per_second"),
+    "kv_notifications_after_expiry_per_second": Series("Transfer notifications per second that came after the request's KV lease expired (its blocks may have been reused).",
+                                                       "kv_transfer.notifications_after_expiry_per_second"),
+    "requests_waiting_kv_fetch": Series("Waiting requests by async KV fetch stage (waiting_to_start, in_progress, completed_waiting), all engines summed; KV consumers only.",
+                                        "kv_transfer.waiting_fetch", ("stage",)),
+    "prompt_tokens_transferred_ratio": Series("Share of prompt tokens that arrived by KV transfer (vLLM's source external_kv_transfer) over prompt tokens from every source, over the window; on a decode instance a fall to 0 means its prompts are recomputed.",
+                                              "kv_transfer.prompt_tokens_transferred_ratio"),
+    "external_prefix_cache_hit_ratio": Series("External (KV connector) prefix-cache hit tokens / queried tokens, over the window.",
+                                              "kv_transfer.external_prefix_cache_hit_ratio"),
 }
 # The distributions served as summaries, for the resolution flag below
 _SUMMARIES = tuple(name for name, series in DERIVED.items() if series.summary)
@@ -121,11 +147,32 @@ RESOLUTION = ("quantile_resolution_limited",
 @dataclass(frozen=True)
 class PodSeries:
     """A derived series without model_name: ``read`` gives a number, or {label value: number}
-    when ``label`` is set; None leaves it out."""
+    when ``label`` is set, or {(value, ...): number} when ``labels`` names several; None leaves
+    it out."""
 
     help: str
     read: Callable[[Signals], object]
     label: str = ""
+    labels: Tuple[str, ...] = ()
+
+    def items(self, v) -> Iterator[Tuple[Dict[str, str], float]]:
+        """(labels, value) of each sample of a value ``read`` gave."""
+        if self.labels:
+            for key, x in sorted(v.items()):
+                yield dict(zip(self.labels, key)), float(x)
+        elif self.label:
+            for key, x in sorted(v.items()):
+                yield {self.label: key}, float(x)
+        else:
+            yield {}, float(v)
+
+
+def _role_info(s: Signals) -> Optional[Dict[str, float]]:
+    return {s.role: 1.0} if s.role else None
+
+
+def _role_conflict(s: Signals) -> Optional[Dict[Tuple[str, str], float]]:
+    return {(s.role, why): 1.0 for why in s.role_conflicts} if s.role and s.role_conflicts else None
 
 
 def _lora(read: Callable[[Lora], object]) -> Callable[[Signals], object]:
@@ -167,6 +214,13 @@ POD_DERIVED: Dict[str, PodSeries] = {
                                      _lora(lambda lo: lo.known)),
     "lora_max_adapters": PodSeries("vLLM's max_lora (--max-loras): the most LoRA adapters one batch can hold.",
                                    _lora(lambda lo: lo.max_adapters)),
+    "role_info": PodSeries("1, labelled with this replica's role in prefill/decode disaggregation as given to the "
+                           "sidecar (--role: prefill, decode or both); rules and panels join on it. Like every derived series, absent while "
+                           "vLLM is not read.", _role_info, "role"),
+    "role_conflict": PodSeries("1 while vLLM's page contradicts the role given: reason no_kv_consumer (role decode, no "
+                               "vllm:num_requests_kv_fetch_by_stage: this vLLM receives no KV) or receives_kv (role "
+                               "prefill, prompt tokens arriving by KV transfer); absent otherwise.",
+                               _role_conflict, labels=("role", "reason")),
 }
 
 
@@ -184,11 +238,8 @@ def signal_points(signals: Signals) -> Iterator[Point]:
         v = pod.read(signals)
         if v is None:
             continue
-        if pod.label:
-            for key, x in v.items():  # type: ignore[union-attr]
-                yield Point(name, {pod.label: key}, float(x))
-        else:
-            yield Point(name, {}, float(v))  # type: ignore[arg-type]
+        for labels, x in pod.items(v):
+            yield Point(name, labels, x)
     for m in signals.models:
         for name, series in DERIVED.items():
             v = series.read(m)
@@ -214,12 +265,10 @@ def families(signals: Signals) -> List[Metric]:
         v = pod.read(signals)
         if v is None:
             continue
-        fam = GaugeMetricFamily(PREFIX + name, pod.help, labels=[pod.label] if pod.label else [])
-        if pod.label:
-            for key, x in sorted(v.items()):  # type: ignore[union-attr]
-                fam.add_metric([key], float(x))
-        else:
-            fam.add_metric([], float(v))  # type: ignore[arg-type]
+        names = list(pod.labels) or ([pod.label] if pod.label else [])
+        fam = GaugeMetricFamily(PREFIX + name, pod.help, labels=names)
+        for labels, x in pod.items(v):
+            fam.add_metric([labels[n] for n in names], x)
         if fam.samples:
             out.append(fam)
     for name, series in sorted(DERIVED.items()):

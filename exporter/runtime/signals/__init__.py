@@ -7,9 +7,14 @@ learned baseline, and returns ``Signals`` (see ``results``). One module per sign
     throughput   tokens, finished requests, errors, preemptions, rejections per second
     capacity     KV usage, pressure level, time to full, running and waiting requests
     latency      TTFT/ITL/e2e/queue distributions, TTFT mean, SLO attainment; prompt lengths
-    caches       prefix-cache hits, speculative-decoding acceptance
-    anomaly      a stalled engine; GPU busy with tokens low against the learned baseline
+    caches       prefix-cache hits, speculative-decoding acceptance, mean accepted length, by position
+    anomaly      a stalled (or wedged) engine, a sleeping one; GPU busy with tokens low against the
+                 learned baseline or the plan, by the replica's role
+    kvtransfer   KV transfer health (disaggregation); whether the page contradicts the role given
     lora         LoRA adapters with requests now, adapters known, vLLM's max_lora (whole pod)
+
+The replica's role (``cfg.role``: prefill, decode or both) changes what "GPU busy, tokens low"
+measures (``anomaly.work_rate``); a replica of role both is derived exactly as before roles.
 
 A signal whose inputs are missing, or that has nothing to say (no request finished in the
 window, so no quantile), is None and left out; it is never reported as 0.
@@ -22,7 +27,17 @@ from typing import List, Optional, Sequence, Tuple
 from ..config import Config
 from ..inputs import Snapshot
 from ..rolling import View, Windows
-from .anomaly import Baseline, busy_low, engine_stalled, mean_utilization, percentile
+from .anomaly import (
+    Baseline,
+    busy_low,
+    degraded,
+    engine_stalled,
+    learnable,
+    mean_utilization,
+    percentile,
+    sleep_level,
+    work_rate,
+)
 from .caches import caches, counter_ratio
 from .capacity import (
     HORIZON_SECONDS,
@@ -34,6 +49,7 @@ from .capacity import (
     seconds_to_full,
     time_to_full,
 )
+from .kvtransfer import kv_transfer, role_conflicts
 from .latency import cap, distribution, latency, prompts, quantile_or_bound
 from .lora import lora
 from .results import (
@@ -42,6 +58,7 @@ from .results import (
     Caches,
     Distribution,
     KvQueue,
+    KvTransfer,
     Latency,
     Lora,
     LoraAdapter,
@@ -54,11 +71,11 @@ from .throughput import throughput
 
 __all__ = [
     "HORIZON_SECONDS", "MIN_SLOPE_PER_SECOND", "QUANTILES", "Baseline", "BusyLow", "Caches", "CapacityTracker",
-    "classify", "Distribution",
-    "KvQueue", "Latency", "Lora", "LoraAdapter", "ModelSignals", "Prompts", "Signals", "Throughput", "busy_low", "cap",
-    "caches", "counter_ratio", "derive", "derive_view", "distribution", "engine_stalled", "kv_and_queue",
-    "kv_pressure_level", "latency", "lora", "mean_utilization", "percentile", "prompts", "quantile_or_bound",
-    "seconds_to_full", "throughput", "time_to_full", "tracker_for",
+    "classify", "Distribution", "KvQueue", "KvTransfer", "Latency", "Lora", "LoraAdapter", "ModelSignals",
+    "Prompts", "Signals", "Throughput", "busy_low", "cap", "caches", "counter_ratio", "degraded", "derive",
+    "derive_view", "distribution", "engine_stalled", "kv_and_queue", "kv_pressure_level", "kv_transfer", "latency",
+    "learnable", "lora", "mean_utilization", "percentile", "prompts", "quantile_or_bound", "role_conflicts",
+    "seconds_to_full", "sleep_level", "throughput", "time_to_full", "tracker_for", "work_rate",
 ]
 
 
@@ -72,34 +89,54 @@ def derive_view(view: View, cfg: Config, util: Optional[float] = None,
     """Every derived signal for every model on the latest page of ``view``.
 
     One snapshot in the window: the gauges (KV usage, running, waiting, waiting for capacity,
-    the pressure level where one page settles it, LoRA). Two or more: everything.
+    the pressure level where one page settles it, the sleep level, LoRA). Two or more: everything.
     """
+    role = getattr(cfg, "role", "both")
     if view.polls == 0 or view.latest is None:
-        return Signals(gpu_mean_utilization=util)
+        return Signals(gpu_mean_utilization=util, role=role)
     latest = view.latest
     first = view.polls < 2
     models: List[ModelSignals] = []
     for model in sorted(latest.models):
         kv = kv_and_queue(view, model, cfg.kv_warn_threshold, cfg.batch_room, tracker, cfg.max_num_seqs)
+        level = sleep_level(latest, model)
         if first:
             models.append(ModelSignals(model=model, throughput=Throughput(), kv=kv, latency=Latency(),
-                                       prompts=Prompts(), caches=Caches()))
+                                       prompts=Prompts(), caches=Caches(), sleep_level=level))
             continue
-        tp = throughput(view, model)
-        models.append(ModelSignals(
-            model=model,
-            throughput=tp,
-            kv=kv,
-            latency=latency(view, model, cfg.slo_ttft_p95_seconds, cfg.slo_itl_seconds),
-            prompts=prompts(view, model, cfg.long_prompt_tokens),
-            caches=caches(view, model),
-            stalled=view.stalled(model, cfg.stall_seconds),
-            busy_low=busy_low(model, tp.generation_tokens_per_second, util, baseline,
-                              busy_utilization=cfg.busy_utilization, low_fraction=cfg.low_throughput_fraction,
-                              floor=cfg.throughput_floor, min_busy_seconds=cfg.baseline_min_seconds,
-                              quantile=cfg.baseline_quantile),
-        ))
-    return Signals(gpu_mean_utilization=util, models=tuple(models), lora=lora(latest))
+        models.append(_model(view, cfg, model, kv, level, util, baseline, role))
+    return Signals(gpu_mean_utilization=util, models=tuple(models), lora=lora(latest), role=role,
+                   role_conflicts=role_conflicts(view, role))
+
+
+def _model(view: View, cfg: Config, model: str, kv: KvQueue, level: Optional[int], util: Optional[float],
+           baseline: Optional[Baseline], role: str) -> ModelSignals:
+    """One model's signals over a window of two reads or more."""
+    tp = throughput(view, model)
+    sleeping = bool(level)
+    stalled = view.stalled(model, cfg.stall_seconds)
+    partial = ModelSignals(model=model, throughput=tp, kv=kv, latency=Latency(), prompts=Prompts(),
+                           caches=Caches())
+    planned = cfg.planned_prefill_tokens_per_second if role == "prefill" else cfg.planned_tokens_per_second
+    if view.span < cfg.window - 2 * cfg.poll_interval:
+        # the plan judges a full window only (give or take a late poll): never a pod's first
+        # seconds, its warm-up
+        planned = 0.0
+    return ModelSignals(
+        model=model,
+        throughput=tp,
+        kv=kv,
+        latency=latency(view, model, cfg.slo_ttft_p95_seconds, cfg.slo_itl_seconds),
+        prompts=prompts(view, model, cfg.long_prompt_tokens),
+        caches=caches(view, model),
+        stalled=False if sleeping and stalled is not None else stalled,
+        busy_low=busy_low(model, work_rate(partial, role), util, baseline,
+                          busy_utilization=cfg.busy_utilization, low_fraction=cfg.low_throughput_fraction,
+                          floor=cfg.throughput_floor, min_busy_seconds=cfg.baseline_min_seconds,
+                          quantile=cfg.baseline_quantile, planned=planned, sleeping=sleeping),
+        kv_transfer=kv_transfer(view, model),
+        sleep_level=level,
+    )
 
 
 def derive(

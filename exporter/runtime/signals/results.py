@@ -83,6 +83,26 @@ class Prompts:
 class Caches:
     prefix_cache_hit_ratio: Optional[float] = None
     spec_decode_acceptance_ratio: Optional[float] = None
+    spec_decode_mean_accepted_length: Optional[float] = None  # 1 + accepted / drafts: tokens per verify step
+    spec_decode_position_acceptance: Optional[Mapping[str, float]] = None  # by draft position: accepted / drafts
+
+
+@dataclass(frozen=True)
+class KvTransfer:
+    """The KV connector's health (prefill/decode disaggregation), over the window; every field
+    None where the page has no such series (no connector, or a connector without it)."""
+
+    failure_ratio: Optional[float] = None  # failed / (failed + completed) transfers
+    failures_per_second: Optional[Mapping[str, float]] = None  # kind: transfer, notification
+    transfer_seconds: Optional[Distribution] = None
+    post_seconds: Optional[Distribution] = None
+    bytes_per_second: Optional[float] = None
+    transfers_per_second: Optional[float] = None
+    expired_per_second: Optional[float] = None  # KV leases expired before the consumer read them
+    notifications_after_expiry_per_second: Optional[float] = None
+    waiting_fetch: Optional[Mapping[str, float]] = None  # requests waiting on an async KV fetch, by stage
+    prompt_tokens_transferred_ratio: Optional[float] = None  # source external_kv_transfer / all sources
+    external_prefix_cache_hit_ratio: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +161,12 @@ class ModelSignals:
     caches: Caches
     stalled: Optional[bool] = None
     busy_low: Optional[BusyLow] = None
+    kv_transfer: KvTransfer = KvTransfer()
+    sleep_level: Optional[int] = None  # 0 awake, 1 weights offloaded, 2 discard all; None: vLLM does not say
+
+    @property
+    def sleeping(self) -> bool:
+        return bool(self.sleep_level)
 
 
 @dataclass(frozen=True)
@@ -150,6 +176,8 @@ class Signals:
     gpu_mean_utilization: Optional[float] = None
     models: Tuple[ModelSignals, ...] = ()
     lora: Optional[Lora] = None  # None: vLLM serves no LoRA state (LoRA off, or no request yet)
+    role: Optional[str] = None  # the replica's role as given (prefill, decode, both); None: not known
+    role_conflicts: Tuple[str, ...] = ()  # why vLLM's page contradicts the role (reasons, sorted)
 
     def model(self, name: str) -> Optional[ModelSignals]:
         return next((m for m in self.models if m.model == name), None)
