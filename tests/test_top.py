@@ -18,7 +18,7 @@ from prometheus_client import generate_latest
 from conftest import ROOT, page
 from exporter.harness import pagetransform as pt
 from exporter.harness.fakenvml import FakeNvml, make_gpus
-from exporter.harness.localstack import SidecarThread
+from exporter.harness.localstack import SidecarThread, wait_until
 from exporter.harness.pageserver import PageServer
 from exporter.harness.simulate import SimVllm
 from exporter.runtime import config
@@ -171,9 +171,7 @@ def test_top_once_runs_a_sidecar_on_a_real_vllm_page(vllm):
 def test_top_reads_a_running_sidecar_and_shows_the_same_view(vllm):
     sidecar = SidecarThread({"vllm_url": vllm.url, "poll_interval": 0.5, "window": 3, "gpu": "none"})
     try:
-        deadline = time.monotonic() + 20
-        while not sidecar.sidecar.published.signals.models and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: sidecar.sidecar.published.signals.models, 120, what="the sidecar's first model")
         r = top("--sidecar-url", f"http://{sidecar.address}", "--once")
         assert r.returncode == 0, r.stderr
         out = r.stdout
