@@ -98,7 +98,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from exporter.harness.localstack import free_port, wait_until  # noqa: E402
-from exporter.runtime.rolling import histogram_quantile  # noqa: E402
+from exporter.runtime.buckets import histogram_quantile  # noqa: E402
 
 MODEL = "tiny-llama"
 SCRAPE = 5.0

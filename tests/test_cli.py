@@ -171,7 +171,11 @@ def test_probes_logs_and_sigterm():
     assert all({"ts", "level", "msg"} <= set(r) for r in records)
     down = [r for r in records if "unreachable" in r["msg"]]
     up = [r for r in records if r["msg"] == "vllm reachable"]
-    assert len(down) == 1, "one line per change of state, not per poll"
+    # one line per change of state, not per poll: going down once, then a line only where the
+    # reason changes (a kept-alive connection reset, then refused, on a loaded machine)
+    assert len([r for r in down if not r["msg"].startswith("vllm still unreachable")]) == 1, down
+    reasons = [r["reason"] for r in down]
+    assert all(a != b for a, b in zip(reasons, reasons[1:])), down
     assert len(up) == 2
     assert down[0]["reason"] in ("refused", "connection")  # a kept-alive connection may be reset first
     assert "SECRET-TOKEN-123" not in err and "hunter2" not in err

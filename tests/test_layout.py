@@ -18,8 +18,7 @@ ALLOWED = {
     "pack": {"pack", "slo", "errors", ""},
     "harness": {"harness", "runtime", "pack", "analysis", "view", "slo", "errors", ""},
     "view": {"view", "runtime", "slo", "errors", ""},  # the top/demo view of the sidecar's state
-    # analysis reads the view too: `top --replay` shows a flight record through the live view
-    "analysis": {"analysis", "pack", "runtime", "view", "slo", "errors", ""},
+    "analysis": {"analysis", "pack", "runtime", "slo", "errors", ""},
     "slo": {"errors", ""},
     "errors": set(),
 }

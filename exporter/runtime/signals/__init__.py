@@ -21,7 +21,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..config import Config
 from ..inputs import Snapshot
-from ..rolling import View, Windows
+from ..rolling import Window, Windows
 from .anomaly import Baseline, busy_low, engine_stalled, mean_utilization, percentile
 from .caches import caches, counter_ratio
 from .capacity import (
@@ -67,7 +67,7 @@ def tracker_for(cfg: Config) -> CapacityTracker:
     return CapacityTracker(cfg.window, cfg.kv_warn_threshold, cfg.batch_room, cfg.max_num_seqs)
 
 
-def derive_view(view: View, cfg: Config, util: Optional[float] = None,
+def derive_view(view: Window, cfg: Config, util: Optional[float] = None,
                 baseline: Optional[Baseline] = None, tracker: Optional[CapacityTracker] = None) -> Signals:
     """Every derived signal for every model on the latest page of ``view``.
 

@@ -80,7 +80,7 @@ def engine_stalled(snaps: Sequence[Snapshot], now: float, stall_seconds: float, 
     """Requests running throughout the last ``stall_seconds`` and not one token produced.
 
     None when the history does not yet cover the stall time or the inputs are missing. (The poll
-    loop asks its own ``windows.View.stalled``, which keeps this answer up to date per poll.)
+    loop asks its own ``rolling.Window.stalled``, which keeps this answer up to date per poll.)
     """
     if not snaps:
         return None

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..rolling import View
+from ..rolling import Window
 from .results import Caches
 
 
-def counter_ratio(view: View, model: str, num: str, den: str, legacy_gauge: str) -> Optional[float]:
+def counter_ratio(view: Window, model: str, num: str, den: str, legacy_gauge: str) -> Optional[float]:
     """Increase of ``num`` over increase of ``den`` in the window; on releases that only had a
     lifetime ratio gauge, that gauge; None when neither is there or nothing was counted."""
     latest = view.latest
@@ -22,7 +22,7 @@ def counter_ratio(view: View, model: str, num: str, den: str, legacy_gauge: str)
     return None
 
 
-def caches(view: View, model: str) -> Caches:
+def caches(view: Window, model: str) -> Caches:
     return Caches(
         prefix_cache_hit_ratio=counter_ratio(view, model, "prefix_cache_hits", "prefix_cache_queries",
                                              "prefix_cache_hit_rate_legacy"),
