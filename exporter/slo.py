@@ -614,11 +614,6 @@ def is_duration(path: str) -> bool:
     return SCHEMA.get(path) in (_duration, _duration_or_zero)
 
 
-def alert_settings(slo: Mapping[str, Any], rule_id: str) -> Dict[str, Any]:
-    """The settings of one alerting rule (its ``for`` and any overrides)."""
-    return dict(slo["alerts"][rule_id])
-
-
 def durations(slo: Mapping[str, Any]) -> List[Tuple[str, str]]:
     """(path, duration) of every duration in the SLO, for tests that look for stale text."""
     out = [(p, _get(slo, p)) for p, c in SCHEMA.items() if c is _duration]

@@ -189,5 +189,5 @@ def test_a_record_shorter_than_one_step_is_refused_in_one_sentence_or_evaluated_
                            "--step no longer than the record)")
     rc, out, err = _run(capsys, "--file", str(f), "--step", "1s", "--json", str(tmp_path / "r.json"))
     assert rc == 0, err
-    assert json.loads((tmp_path / "r.json").read_text())["evaluations"] == 12  # every whole second from the first sample to the last
+    assert json.loads((tmp_path / "r.json").read_text())["evaluations"] == 12  # each whole second, first sample to last
 

@@ -296,6 +296,3 @@ def lanes(result: Result) -> list:
         out.append(Lane(f"{tr.alertname} {ident}".strip(), tr.alertname, tr.states.firing, tr.states.pending))
     return out
 
-
-def store_stats(store: Store) -> Tuple[int, int]:
-    return len(store), sum(len(s) for s in store)

@@ -520,10 +520,6 @@ class Recorder:
                 "polls": sum(b.n for b in self.blocks) + len(self._times)}
 
 
-def memory_of(obj) -> int:  # pragma: no cover - for the benchmark's cross-check
-    return sys.getsizeof(obj)
-
-
 # -- serving ---------------------------------------------------------------------------------
 
 def parse_when(text: str, what: str) -> float:
