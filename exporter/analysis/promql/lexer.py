@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List
 
-from ...slo import unquote_string
+from ...promql_strings import unquote as unquote_string
 
 
 class PromQLSyntaxError(ValueError):
@@ -58,7 +58,7 @@ def _is_alnum(c: str) -> bool:
 
 def unquote(text: str, pos: int = 0) -> str:
     """A lexed string token's value (Prometheus' ``strutil.Unquote``): the project's one
-    ``exporter.slo.unquote_string`` (the SLO loader checks its selector with it too)."""
+    ``exporter.promql_strings.unquote`` (the SLO loader checks its selector with it too)."""
     try:
         return unquote_string(text)
     except ValueError as exc:
