@@ -218,7 +218,8 @@ class Pod:
     def body(self, kind: str, accept: str, gz: bool) -> Tuple[bytes, str]:
         from prometheus_client.exposition import choose_encoder
 
-        from exporter.runtime.server import CLOSE_REASONS, REJECT_REASONS, _Families, _ListenerCollector
+        from exporter.runtime.collectors.listener import CLOSE_REASONS, REJECT_REASONS, ListenerCollector
+        from exporter.runtime.listener.bodies import Families
 
         if kind == "vllm":
             ctype = "text/plain; version=0.0.4; charset=utf-8"  # vLLM answers text whatever is asked
@@ -231,10 +232,10 @@ class Pod:
         if kind == "vllm":
             raw = self.text.encode()
         else:
-            stub = types.SimpleNamespace(_conns=(), rejected={r: 0 for r in REJECT_REASONS},
+            stub = types.SimpleNamespace(open_connections=0, rejected={r: 0 for r in REJECT_REASONS},
                                          closed={r: 0 for r in CLOSE_REASONS},
                                          web=types.SimpleNamespace(enabled=False))
-            raw = encoder(_Families(self.sidecar.published, _process(), _ListenerCollector(stub)))
+            raw = encoder(Families(self.sidecar.published, _process(), ListenerCollector(stub)))
         out = gzip.compress(raw, 5) if gz else raw
         self.bodies[key] = (self.version, out, ctype)
         return out, ctype

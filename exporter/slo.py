@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import yaml
 
 from .errors import ConfigError
+from .promql_strings import unquote
 
 DEFAULTS_FILE = "slo.yaml"
 SEVERITIES = ("critical", "warning", "info")
@@ -162,59 +163,6 @@ def _bool(v: Any, where: str) -> bool:
 # are not (templates), so that whatever passes renders a file ``promtool check rules`` accepts.
 
 _MATCHER_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
-
-
-def unquote_string(text: str) -> str:
-    """The value of a PromQL string literal, quotes included (Prometheus' ``strutil.Unquote``:
-    double, single or back quotes, the last raw): the one implementation, used by the PromQL
-    lexer (``analysis/promql/lexer.py``) and the SLO loader's selector check. ValueError if bad."""
-    q = text[0]
-    body = text[1:-1]
-    if q == "`":
-        return body
-    out: List[str] = []
-    i = 0
-    while i < len(body):
-        c = body[i]
-        if c != "\\":
-            out.append(c)
-            i += 1
-            continue
-        i += 1
-        if i >= len(body):
-            raise ValueError("escape sequence not terminated")
-        e = body[i]
-        if e in _ESCAPES:
-            out.append(_ESCAPES[e])
-            i += 1
-        elif e == q:
-            out.append(q)
-            i += 1
-        elif e in "01234567":
-            digits = body[i:i + 3]
-            if len(digits) < 3 or any(d not in "01234567" for d in digits) or int(digits, 8) > 255:
-                raise ValueError(f"bad octal escape in {text}")
-            out.append(chr(int(digits, 8)))
-            i += 3
-        elif e in "xuU":
-            n = {"x": 2, "u": 4, "U": 8}[e]
-            digits = body[i + 1:i + 1 + n]
-            try:
-                if len(digits) < n:
-                    raise ValueError
-                code = int(digits, 16)
-            except ValueError:
-                raise ValueError(f"bad escape \\{e} in {text}") from None
-            if code > 0x10FFFF or 0xD800 <= code < 0xE000:
-                raise ValueError("escape sequence is an invalid Unicode code point")
-            out.append(chr(code))
-            i += 1 + n
-        else:
-            raise ValueError(f"unknown escape sequence \\{e}")
-    return "".join(out)
-
-
 def _promql_string(text: str, i: int) -> Tuple[str, int]:
     """The PromQL string literal starting at ``text[i]``: its value and the index after it."""
     q = text[i]
@@ -226,7 +174,7 @@ def _promql_string(text: str, i: int) -> Tuple[str, int]:
             j += 2
             continue
         if text[j] == q:
-            return unquote_string(text[i:j + 1]), j + 1
+            return unquote(text[i:j + 1]), j + 1
         j += 1
 
 
@@ -631,11 +579,6 @@ def load_slo(path: Optional[str]) -> Dict[str, Any]:
 def is_duration(path: str) -> bool:
     """Whether the SLO key at ``path`` holds a duration."""
     return SCHEMA.get(path) in (_duration, _duration_or_zero)
-
-
-def alert_settings(slo: Mapping[str, Any], rule_id: str) -> Dict[str, Any]:
-    """The settings of one alerting rule (its ``for`` and any overrides)."""
-    return dict(slo["alerts"][rule_id])
 
 
 def durations(slo: Mapping[str, Any]) -> List[Tuple[str, str]]:

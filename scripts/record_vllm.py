@@ -98,7 +98,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from exporter.harness.localstack import free_port, wait_until  # noqa: E402
-from exporter.runtime.rolling import histogram_quantile  # noqa: E402
+from exporter.runtime.buckets import histogram_quantile  # noqa: E402
 
 MODEL = "tiny-llama"
 SCRAPE = 5.0
@@ -1237,6 +1237,32 @@ PAGE_FACTS = ("finished_requests_per_second", "prompt_tokens_per_second", "gener
               "ttft_p50_s", "ttft_p95_s", "queue_time_p95_s", "itl_p95_s")
 
 
+def _expect_and_server(sc: dict, meta: dict) -> List[str]:
+    """PROVENANCE.md's "What to expect" and the head of its "Server" (model, command)."""
+    return ["## What to expect", "", sc["expect"], "", "## Server", "",
+            f"Model: the random-weight tiny Llama of `tests/e2e/make_tiny_model.py`, served as `{meta['model_name']}`.",
+            "", "```", meta["server_command"], "```", ""]
+
+
+def _phase_lines(sc: dict, meta: dict) -> List[str]:
+    """PROVENANCE.md's load per phase, the phases' times and the recording range."""
+    lines = []
+    for ph in sc["phases"]:
+        lines.append(f"- `{ph['name']}` ({ph['duration'] * meta.get('time_scale', 1):g} s):")
+        for st in ph.get("open", []):
+            lines.append(f"  - open-loop `{st['cls']}`: {st['rate']:.4g} req/s, prompt {st['prompt'][0]}-{st['prompt'][1]} "
+                         f"tokens, output {st['output'][0]}-{st['output'][1]}, {st['stream_share']:.0%} streamed")
+        for st in ph.get("closed", []):
+            lines.append(f"  - closed-loop `{st['cls']}`: {st['workers']} workers, prompt {st['prompt'][0]}-{st['prompt'][1]} "
+                         f"tokens, output {st['output'][0]}-{st['output'][1]}, think time mean {st['think']} s")
+    lines += ["", "## Phases (unix seconds)", "", "| phase | start | end | length (s) |", "| --- | --- | --- | --- |"]
+    for ph in meta["phases"]:
+        lines.append(f"| {ph['name']} | {ph['start']:.3f} | {ph['end']:.3f} | {ph['end'] - ph['start']:.1f} |")
+    lines += ["", f"Recording range: {meta['start']:.3f} to {meta['end']:.3f} (pages and export)."
+              + (f" Onset: {meta['onset']:.3f}." if meta["onset"] else ""), ""]
+    return lines
+
+
 def provenance_multi(sc: dict, meta: dict) -> str:
     name = meta["name"]
     ivs = list(meta["prometheus"])
@@ -1260,18 +1286,7 @@ def provenance_multi(sc: dict, meta: dict) -> str:
         "Each server's samples are in their own file (`prometheus-<interval>.om.gz`, `alerts-<interval>.om.gz`): "
         "the file tells them apart, the series carry no extra label.",
         "",
-        "## What to expect",
-        "",
-        sc["expect"],
-        "",
-        "## Server",
-        "",
-        f"Model: the random-weight tiny Llama of `tests/e2e/make_tiny_model.py`, served as `{meta['model_name']}`.",
-        "",
-        "```",
-        meta["server_command"],
-        "```",
-        "",
+        *_expect_and_server(sc, meta),
         f"(KV cache: {flag_value(sc['server'], '--num-gpu-blocks-override')} blocks of "
         f"{flag_value(sc['server'], '--block-size')} tokens = "
         f"{int(flag_value(sc['server'], '--num-gpu-blocks-override')) * int(flag_value(sc['server'], '--block-size')):,} "
@@ -1286,19 +1301,7 @@ def provenance_multi(sc: dict, meta: dict) -> str:
         "of an exact length, `ignore_eos`, open-loop Poisson streams fixed by the seed, closed-loop workers.",
         "",
     ]
-    for ph in sc["phases"]:
-        lines.append(f"- `{ph['name']}` ({ph['duration'] * meta.get('time_scale', 1):g} s):")
-        for st in ph.get("open", []):
-            lines.append(f"  - open-loop `{st['cls']}`: {st['rate']:.4g} req/s, prompt {st['prompt'][0]}-{st['prompt'][1]} "
-                         f"tokens, output {st['output'][0]}-{st['output'][1]}, {st['stream_share']:.0%} streamed")
-        for st in ph.get("closed", []):
-            lines.append(f"  - closed-loop `{st['cls']}`: {st['workers']} workers, prompt {st['prompt'][0]}-{st['prompt'][1]} "
-                         f"tokens, output {st['output'][0]}-{st['output'][1]}, think time mean {st['think']} s")
-    lines += ["", "## Phases (unix seconds)", "", "| phase | start | end | length (s) |", "| --- | --- | --- | --- |"]
-    for ph in meta["phases"]:
-        lines.append(f"| {ph['name']} | {ph['start']:.3f} | {ph['end']:.3f} | {ph['end'] - ph['start']:.1f} |")
-    lines += ["", f"Recording range: {meta['start']:.3f} to {meta['end']:.3f} (pages and export)."
-              + (f" Onset: {meta['onset']:.3f}." if meta["onset"] else ""), ""]
+    lines += _phase_lines(sc, meta)
     lines += ["## Measured", "", "Client side (the load generator's log, per phase of arrival; TTFT only for "
               "streamed requests):", "",
               "| phase | class | sent | ok | failed | prompt mean | output mean | TTFT p50 | TTFT p95 | latency p95 |",
@@ -1415,18 +1418,7 @@ def provenance(sc: dict, meta: dict) -> str:
         f"Prometheus 2.42. The run took {meta['run_seconds'] / 60:.0f} min. `scripts/record_vllm.py reprocess "
         f"{name}` recomputes every number below from the files here.",
         "",
-        "## What to expect",
-        "",
-        sc["expect"],
-        "",
-        "## Server",
-        "",
-        f"Model: the random-weight tiny Llama of `tests/e2e/make_tiny_model.py`, served as `{meta['model_name']}`.",
-        "",
-        "```",
-        meta["server_command"],
-        "```",
-        "",
+        *_expect_and_server(sc, meta),
         "(9,600-token KV cache: 300 blocks of 32 tokens; the port was a free one.) Sidecar: "
         "`python -m exporter --vllm-url <vLLM> " + " ".join(meta["sidecar_args"]) + "` (other settings "
         "default). Prometheus scraped both every "
@@ -1447,19 +1439,7 @@ def provenance(sc: dict, meta: dict) -> str:
         "waiting.",
         "",
     ]
-    for ph in sc["phases"]:
-        lines.append(f"- `{ph['name']}` ({ph['duration'] * meta.get('time_scale', 1):g} s):")
-        for st in ph.get("open", []):
-            lines.append(f"  - open-loop `{st['cls']}`: {st['rate']:.4g} req/s, prompt {st['prompt'][0]}-{st['prompt'][1]} "
-                         f"tokens, output {st['output'][0]}-{st['output'][1]}, {st['stream_share']:.0%} streamed")
-        for st in ph.get("closed", []):
-            lines.append(f"  - closed-loop `{st['cls']}`: {st['workers']} workers, prompt {st['prompt'][0]}-{st['prompt'][1]} "
-                         f"tokens, output {st['output'][0]}-{st['output'][1]}, think time mean {st['think']} s")
-    lines += ["", "## Phases (unix seconds)", "", "| phase | start | end | length (s) |", "| --- | --- | --- | --- |"]
-    for ph in meta["phases"]:
-        lines.append(f"| {ph['name']} | {ph['start']:.3f} | {ph['end']:.3f} | {ph['end'] - ph['start']:.1f} |")
-    lines += ["", f"Recording range: {meta['start']:.3f} to {meta['end']:.3f} (pages and export)."
-              + (f" Onset: {meta['onset']:.3f}." if meta["onset"] else ""), ""]
+    lines += _phase_lines(sc, meta)
     lines += ["## Measured", "", "Client side (the load generator's log, per phase of arrival; TTFT only for "
               "streamed requests, at the first SSE chunk, so it includes the API server's own delays):", "",
               "| phase | class | sent | sent/s | ok | failed | prompt mean | output mean"

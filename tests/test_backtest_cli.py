@@ -172,3 +172,22 @@ def test_a_real_prometheus_gives_the_same_report_as_the_file(capsys, tmp_path, i
             m = a["first_firing_after_onset_seconds"] / 60
             first[a["alertname"]] = min(first.get(a["alertname"], m), m)
         assert first == EXPECTED_INCIDENT
+
+
+def test_a_record_shorter_than_one_step_is_refused_in_one_sentence_or_evaluated_with_a_shorter_step(capsys, tmp_path):
+    """12 s of 0.5 s polls, starting off the 30 s grid the pack's groups are evaluated on: no step
+    of the grid falls in it. Refused with how long a record must be; evaluated with --step 1s."""
+    from exporter.harness.flightsim import simulated_record
+
+    text, _ = simulated_record("normal", seconds=12, poll=0.5, onset=1000, t0=1_800_000_007.0)
+    f = tmp_path / "short.om"
+    f.write_text(text)
+    rc, out, err = _run(capsys, "--file", str(f))
+    assert rc == 2
+    assert err.strip() == (f"vllm-sidecar-exporter backtest: error: {f}: the record spans 11.5s, and the rules are "
+                           "evaluated every 30s on the step's grid: a record must span at least 30s (or give a "
+                           "--step no longer than the record)")
+    rc, out, err = _run(capsys, "--file", str(f), "--step", "1s", "--json", str(tmp_path / "r.json"))
+    assert rc == 0, err
+    assert json.loads((tmp_path / "r.json").read_text())["evaluations"] == 12  # each whole second, first sample to last
+

@@ -7,6 +7,7 @@ import copy
 import json
 import re
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -212,37 +213,32 @@ def test_every_panel_gets_data_from_a_real_prometheus(tmp_path):
             st.start_prometheus([{"job": "vllm", "address": f"127.0.0.1:{vllm.port}", "labels": labels},
                                  {"job": "vllm-sidecar", "address": sidecar.address, "labels": labels}],
                                 [ROOT / "rules" / "vllm.rules.yml"])
-            wait_until(st.targets_up, 30, what="targets up", diag=st.diag)
+            wait_until(st.targets_up, 120, what="targets up", diag=st.diag)
             nv.inject_xid(1, 13)
             # enough samples for every rate window and recording rule
             ttft = Names(load_slo(str(SLO_FILE))).replica("vllm_time_to_first_token_seconds", "histogram_quantile")
-            wait_until(lambda: st.query(ttft), 40, what="recording rules", diag=st.diag)
-            wait_until(lambda: st.query("vllm_sidecar_gpu_xid_errors_total"), 30, what="xid", diag=st.diag)
+            wait_until(lambda: st.query(ttft), 120, what="recording rules", diag=st.diag)
+            wait_until(lambda: st.query("vllm_sidecar_gpu_xid_errors_total"), 120, what="xid", diag=st.diag)
             may_be_empty = dash_mod.empty_ok(load_slo(str(SLO_FILE)))
-            pending = {}
+            # every panel asked at one settled moment: both targets scraped well several times in a
+            # row and every rule evaluated since (a scrape that timed out on a busy machine leaves a
+            # gap in which nothing answers)
+            at = st.settled_at(after=time.time())
+            empty = {}
             for name, p, t in all_targets():
                 if not may_be_empty.get(name, {}).get(p["title"], {}).get(t["refId"]):
-                    pending[f"{name} / {p['title']} / {t['refId']}"] = \
-                        fill(t["expr"], namespace="llm", model="tiny-llama", pod="vllm-0")
-
-            def answered():  # a scrape that timed out on a loaded machine leaves a gap: ask again
-                for key in [k for k, expr in pending.items() if st.query(expr)]:
-                    del pending[key]
-                return not pending
-
-            try:
-                wait_until(answered, 20, every=1, what="every panel")
-            except TimeoutError:  # the assertion below names the panels still without data
-                pass
-            assert not pending, "panels without data:\n" + "\n".join(f"{k}: {e}" for k, e in pending.items())
+                    expr = fill(t["expr"], namespace="llm", model="tiny-llama", pod="vllm-0")
+                    if not st.query(expr, at=at):
+                        empty[f"{name} / {p['title']} / {t['refId']}"] = expr
+            assert not empty, "panels without data:\n" + "\n".join(f"{k}: {e}" for k, e in empty.items())
             for d in committed().values():
                 for v, series in variable_queries(d):
                     if v["name"] == "cluster":  # one Prometheus, no cluster label: All (.*) matches
                         continue
-                    assert st.query(fill(series, namespace="llm", model="tiny-llama")), v["name"]
+                    assert st.query(fill(series, namespace="llm", model="tiny-llama"), at=at), v["name"]
             # and the cluster variable narrows every panel: a cluster nobody has leaves them all empty
             leaking = [f"{name} / {p['title']}" for name, p, t in all_targets()
-                       if st.query(fill(t["expr"], cluster="no-such-cluster"))]
+                       if st.query(fill(t["expr"], cluster="no-such-cluster"), at=at)]
             assert not leaking, "panels that ignore $cluster:\n" + "\n".join(leaking)
     finally:
         sidecar.close()
@@ -263,27 +259,29 @@ def test_the_lora_panels_get_data_from_real_lora_pages(tmp_path):
     assert len(queries) == 6
     reasons = dash_mod.empty_ok(load_slo(str(SLO_FILE)))["vllm-capacity.json"]
 
-    def values(key):
-        return {r["metric"].get("adapter", ""): float(r["value"][1]) for r in st.query(queries[key])}
+    def values(key, at=None):
+        return {r["metric"].get("adapter", ""): float(r["value"][1]) for r in st.query(queries[key], at=at)}
 
     try:
         with Stack(tmp_path) as st:
             st.start_prometheus([{"job": "vllm", "address": f"127.0.0.1:{vllm.port}", "labels": labels},
                                  {"job": "vllm-sidecar", "address": sidecar.address, "labels": labels}], [])
-            wait_until(st.targets_up, 30, what="targets up", diag=st.diag)
+            wait_until(st.targets_up, 120, what="targets up", diag=st.diag)
             active = ("LoRA adapters with requests", "A")
-            wait_until(lambda: values(active) == {"tiny-lora": 1, "tiny-lora-b": 1}, 30, what="adapters active",
+            wait_until(lambda: values(active) == {"tiny-lora": 1, "tiny-lora-b": 1}, 120, what="adapters active",
                        diag=st.diag)
+            at = st.settled_at(after=time.time())  # asked where no timed-out scrape left a gap
             for key, expr in queries.items():
                 # every query answers but running and waiting apart, which vLLM 0.32 never gives
-                assert bool(st.query(expr)) != ("never apart" in reasons[key[0]][key[1]]), key
+                assert bool(st.query(expr, at=at)) != ("never apart" in reasons[key[0]][key[1]]), key
             against = "LoRA adapters against max_lora"
-            assert values((against, "A")) == {"": 2} and values((against, "B")) == {"": 2}
-            assert values((against, "C")) == {"": 2}
+            assert values((against, "A"), at) == {"": 2} and values((against, "B"), at) == {"": 2}
+            assert values((against, "C"), at) == {"": 2}
             current["page"] = page("lora_after.txt")
-            wait_until(lambda: values(active) == {"tiny-lora": 0, "tiny-lora-b": 0}, 30, what="adapters idle",
+            wait_until(lambda: values(active) == {"tiny-lora": 0, "tiny-lora-b": 0}, 120, what="adapters idle",
                        diag=st.diag)
-            assert values((against, "A")) == {"": 0} and values((against, "B")) == {"": 2}
+            at = st.settled_at(after=time.time())
+            assert values((against, "A"), at) == {"": 0} and values((against, "B"), at) == {"": 2}
     finally:
         sidecar.close()
         vllm.stop()

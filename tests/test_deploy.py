@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -580,12 +581,13 @@ def test_prometheus_adapter_queries_return_per_pod_values(tmp_path):
                                  {"job": "vllm-sidecar", "address": sidecar.address, "labels": labels}], [])
             wait_until(st.targets_up, 30, what="targets up", diag=st.diag)
             wait_until(lambda: st.query("vllm_sidecar_kv_cache_pressure_level"), 20, what="sidecar data", diag=st.diag)
+            at = st.settled_at(after=time.time())  # no gap left by a scrape that timed out on a busy machine
             got = {}
             for rule in cfg["rules"]:
-                assert st.query(rule["seriesQuery"]), rule["seriesQuery"]
+                assert st.query(rule["seriesQuery"], at=at), rule["seriesQuery"]
                 q = (rule["metricsQuery"].replace("<<.LabelMatchers>>", 'namespace="llm",pod=~"vllm-0|vllm-1"')
                      .replace("<<.GroupBy>>", "pod"))
-                res = st.query(q)
+                res = st.query(q, at=at)
                 assert [r["metric"] for r in res] == [{"pod": "vllm-0"}], q
                 got[rule["name"]["as"]] = float(res[0]["value"][1])
             assert got["vllm_requests_waiting"] == pytest.approx(6)

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from exporter.harness import pagetransform as pt
-from exporter.runtime.rolling import count_at_or_below, histogram_quantile
+from exporter.runtime.buckets import count_at_or_below, histogram_quantile
 from exporter.runtime.signals import (
     HORIZON_SECONDS,
     MIN_SLOPE_PER_SECOND,

@@ -59,9 +59,13 @@ def test_a_run_that_leaves_processes_fails_and_lists_them(tmp_path):
     assert r.returncode == 1, out
     assert "1 passed" in out and "still running at the end (killed now)" in out, out
     assert "sleep 300.5" in out and "sleep 300.75" in out, out
-    time.sleep(0.5)
-    left = [pid for pid in leakcheck._pids() if alive(pid) and leakcheck.cmdline(pid) in ("sleep 300.5", "sleep 300.75")]
-    assert left == []
+    def left():  # killed by the inner run; gone once the kernel has reaped them
+        return [pid for pid in leakcheck._pids() if alive(pid) and leakcheck.cmdline(pid) in ("sleep 300.5", "sleep 300.75")]
+
+    end = time.monotonic() + 30
+    while left() and time.monotonic() < end:
+        time.sleep(0.1)
+    assert left() == []
 
 
 def test_a_clean_run_passes(tmp_path):

@@ -430,12 +430,12 @@ def test_500_idle_and_slowloris_connections_do_not_starve_a_scrape(published):
                 if i % 2:
                     s.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")  # slowloris: a head that never ends
                 crowd.append(s)
-            wait_for(lambda: len(srv._conns) >= 500, "500 connections held by the server")
+            wait_for(lambda: srv.open_connections >= 500, "500 connections held by the server")
             with closing(plain(srv)) as c:
                 r, body = request(c)
                 assert r.status == 200 and b"vllm_sidecar_build_info" in body
                 assert request(c, "/healthz")[0].status == 200
-            assert len(srv._conns) >= 500  # nothing was pushed out to answer
+            assert srv.open_connections >= 500  # nothing was pushed out to answer
             assert len(_listener_threads()) <= 4  # the loop, two workers, bcrypt: not a thread each
         finally:
             for s in crowd:

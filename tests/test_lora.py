@@ -208,9 +208,9 @@ def test_an_impossible_value_is_rejected_and_the_rest_kept(clock, bad):
 def test_the_console_shows_adapters_when_present(clock):
     import io
 
-    from exporter.view.console import View
+    from exporter.view.console import Screen
 
-    view = View(io.StringIO(), tty=False)
+    view = Screen(io.StringIO(), tty=False)
     text = view.render(read(clock, page("lora_running.txt")))
     assert "LoRA        2 of 2 known adapters with requests (max 2 per batch): tiny-lora, tiny-lora-b" in text
     assert "running:" not in text  # vLLM 0.32 does not say

@@ -1,5 +1,5 @@
 """One of each: Prometheus durations have one parser (``exporter.slo.parse_duration``) and
-classic ``histogram_quantile`` one implementation (``exporter.runtime.rolling.bucket_quantile``),
+classic ``histogram_quantile`` one implementation (``exporter.runtime.buckets.bucket_quantile``),
 shared by the SLO loader, the sidecar and the backtest's PromQL engine, with Prometheus' results."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from exporter.analysis.promql.labels import make
 from exporter.analysis.promql.parser import parse
 from exporter.analysis.series import Store
 from exporter.errors import ConfigError
-from exporter.runtime import rolling as windows
+from exporter.runtime import buckets as sidecar_buckets
 
 
 def test_one_duration_parser_everywhere():
@@ -105,18 +105,18 @@ CASES = [
 
 @pytest.mark.parametrize("q,buckets,want", CASES)
 def test_histogram_quantile_as_prometheus_in_the_sidecar_and_the_engine(q, buckets, want):
-    got = windows.histogram_quantile(q, buckets)
+    got = sidecar_buckets.histogram_quantile(q, buckets)
     assert got == want or (math.isnan(got) and math.isnan(want)), got
     e = _engine(q, buckets)
     assert e == want or (math.isnan(e) and math.isnan(want)), e
 
 
 def test_the_engine_runs_the_sidecars_implementation():
-    assert promql_quantile.bucket_quantile is windows.bucket_quantile
+    assert promql_quantile.bucket_quantile is sidecar_buckets.bucket_quantile
     rng = np.random.default_rng(7)
     bounds = [0.1, 0.5, 0.5, 1.0, 5.0, INF]
     C = rng.choice([0.0, 1.0, 3.0, 7.0, math.nan, 2.0], (len(bounds), 200))
     q = rng.choice([0.0, 0.25, 0.5, 0.9, 0.99, 1.0], 200)
     vec = promql_quantile._columns(q, bounds, C)
-    one = [windows.histogram_quantile(float(q[j]), list(zip(bounds, C[:, j].tolist()))) for j in range(200)]
+    one = [sidecar_buckets.histogram_quantile(float(q[j]), list(zip(bounds, C[:, j].tolist()))) for j in range(200)]
     assert np.array_equal(vec, np.array(one), equal_nan=True)

@@ -2,6 +2,7 @@
 evaluates the rendered rules, and a real Alertmanager (the example config) delivers to a webhook."""
 
 import re
+import time
 
 import pytest
 
@@ -58,7 +59,8 @@ def test_alert_goes_pending_firing_and_reaches_alertmanager(tmp_path):
             wait_until(lambda: st.query('vllm:kv_cache_usage_perc{pod="vllm-0"}'), 20, what="vLLM series", diag=st.diag)
             wait_until(lambda: st.query('vllm_sidecar_generation_tokens_per_second{model_name="tiny-llama"}'), 20,
                        what="sidecar series", diag=st.diag)
-            assert st.query('vllm_sidecar_gpu_utilization_ratio{gpu="1"}')
+            # asked at a settled moment: a scrape that timed out on a busy machine leaves a gap
+            assert st.query('vllm_sidecar_gpu_utilization_ratio{gpu="1"}', at=st.settled_at(after=time.time()))
             assert st.alert_state("VLLMKVCacheExhausted") is None  # a cache at 0.5: quiet
 
             # the cache fills and requests wait for capacity

@@ -223,13 +223,3 @@ def test_a_recording_at_real_intervals_is_not_read_finer_than_it_was_scraped():
         recorded_fill_flood(5.0)
     sixty = recorded_fill_flood(60.0)
     assert sixty.file.endswith("prometheus-30s.om.gz") and sixty.scrape == 60.0
-
-
-@pytest.mark.parametrize("scrape", (15, 30))
-def test_the_real_busy_run_what_the_pack_fires_today(scrape, naive):
-    """What the pack gives on the real busy run today, measured (the xfail above is the
-    expectation): only VLLMKVCacheExhausted and VLLMPreemptionsSustained, after the burst of
-    preemptions; the naive rules fire nothing."""
-    r = matrix.evaluate(Cell("recorded-steady-busy", 1, scrape, "recorded"), RULES, naive)
-    assert set(matrix.loud_alerts(r.pack_tl)) <= {"VLLMKVCacheExhausted", "VLLMPreemptionsSustained"}
-    assert not matrix.loud_alerts(r.naive_tl)

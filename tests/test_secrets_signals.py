@@ -249,5 +249,18 @@ def test_stop_signals_stop_cleanly_and_say_which(vllm, sig):
         assert "FLAG-TOKEN-SECRET-1" not in "\n".join(sc.lines)
 
 
-def test_logging_setup_is_restored_for_other_tests():
+@pytest.fixture(autouse=True, scope="module")
+def _logging_restored_for_other_tests():
+    yield
     logging.getLogger("vllm_sidecar").handlers.clear()
+
+
+def test_setting_the_log_up_again_replaces_its_handler_and_level():
+    first, second = io.StringIO(), io.StringIO()
+    logs.setup("text", "info", first)
+    log = logs.setup("json", "warning", second)
+    log.info("below the level")
+    log.warning("said")
+    assert len(log.handlers) == 1 and not log.propagate  # one line per record, not one per setup
+    assert first.getvalue() == ""
+    assert [json.loads(line)["msg"] for line in second.getvalue().splitlines()] == ["said"]

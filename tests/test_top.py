@@ -18,11 +18,21 @@ from prometheus_client import generate_latest
 from conftest import ROOT, page
 from exporter.harness import pagetransform as pt
 from exporter.harness.fakenvml import FakeNvml, make_gpus
-from exporter.harness.localstack import SidecarThread
+from exporter.harness.localstack import SidecarThread, wait_until
 from exporter.harness.pageserver import PageServer
 from exporter.harness.simulate import SimVllm
 from exporter.runtime import config
 from exporter.runtime.collectors import DERIVED, POD_DERIVED
+from exporter.runtime.collectors.readback import (
+    CAUSE,
+    CEILING,
+    DISTRIBUTIONS,
+    FINISHED,
+    MAPPINGS,
+    OTHER,
+    SCALARS,
+    published_from_exposition,
+)
 from exporter.runtime.gpu import GpuReading, GpuState
 from exporter.runtime.nvml import NvmlSource
 from exporter.runtime.server import make_registry
@@ -42,17 +52,7 @@ from exporter.runtime.signals import (
     Throughput,
 )
 from exporter.runtime.state import Published
-from exporter.view.console import (
-    CAUSE,
-    CEILING,
-    DISTRIBUTIONS,
-    FINISHED,
-    MAPPINGS,
-    OTHER,
-    SCALARS,
-    View,
-    published_from_exposition,
-)
+from exporter.view.console import Screen
 
 # the KV line a saturated replica shows: usage 97%, six requests waiting, all for KV capacity
 KV_LINE = "  KV cache    usage 97%   pressure saturated   waiting 6 (for KV 6, cache full)"
@@ -151,7 +151,7 @@ def test_a_full_state_survives_the_round_trip_through_the_page():
     back = published_from_exposition(text, pub.t)
     assert back.signals == pub.signals
     assert back == pub
-    view = View(None, False)
+    view = Screen(None, False)
     assert view.render(back) == view.render(pub)
 
 
@@ -169,7 +169,7 @@ def test_a_simulated_incident_survives_the_round_trip():
     back = published_from_exposition(generate_latest(make_registry(lambda: pub)).decode(), pub.t)
     assert back.signals == pub.signals
     assert back.gpu.gpus == pub.gpu.gpus and back.up == pub.up
-    assert View(None, False).render(back) == View(None, False).render(pub)
+    assert Screen(None, False).render(back) == Screen(None, False).render(pub)
 
 
 # -- top against a real page server and a running sidecar ---------------------------------------------
@@ -192,16 +192,14 @@ def test_top_once_runs_a_sidecar_on_a_real_vllm_page(vllm):
 def test_top_reads_a_running_sidecar_and_shows_the_same_view(vllm):
     sidecar = SidecarThread({"vllm_url": vllm.url, "poll_interval": 0.5, "window": 3, "gpu": "none"})
     try:
-        deadline = time.monotonic() + 20
-        while not sidecar.sidecar.published.signals.models and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: sidecar.sidecar.published.signals.models, 120, what="the sidecar's first model")
         r = top("--sidecar-url", f"http://{sidecar.address}", "--once")
         assert r.returncode == 0, r.stderr
         out = r.stdout
         assert f"sidecar http://{sidecar.address}/metrics" in out
         assert "  model       tiny-llama" in out and KV_LINE in out
         # the screen the sidecar's own state gives, line for line (the rates move between polls)
-        mine = View(None, False).render(sidecar.sidecar.published).splitlines()
+        mine = Screen(None, False).render(sidecar.sidecar.published).splitlines()
         shown = [line for line in out.splitlines() if line.startswith("  ")]
         assert [line[:14] for line in shown[:len(mine)]] == [line[:14] for line in mine]
         assert KV_LINE in "\n".join(mine)

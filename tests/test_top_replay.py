@@ -16,7 +16,8 @@ from conftest import ROOT
 from exporter.analysis import postmortem as pm
 from exporter.analysis import replay as rp
 from exporter.harness.flightsim import simulated_record
-from exporter.view.console import View
+from exporter.view import playback
+from exporter.view.console import Screen
 
 T0 = 1_800_000_000.0
 SECONDS = 180
@@ -46,7 +47,7 @@ def test_each_replayed_poll_is_the_state_top_showed_then(flood):
     got = frames["demo/vllm-demo-0"]
     pubs = flood["pubs"]
     assert [round(f.t, 3) for f in got] == sorted(pubs)  # every poll, in order
-    view = View(None, False)
+    view = Screen(None, False)
     for f in got:
         live = pubs[round(f.t, 3)]
         assert f.pub.signals == live.signals, f.t
@@ -63,13 +64,13 @@ def test_once_shows_the_screen_at_end_with_what_was_flagged(flood, which):
     assert "\x1b" not in out and r.stderr == ""
     assert f"replay of {flood[which].name} (1 pod(s), one poll every 1s)" in out
     assert "+120s of 179s" in out and "poll at 08:02:00" in out
-    live = View(None, False).render(flood["pubs"][round(at, 3)])
+    live = Screen(None, False).render(flood["pubs"][round(at, 3)])
     assert live in out  # the screen top showed at that poll, line for line
     # the recorder's own event: opened from the state published at one poll, counted in the
     # state of the next one (a scrape sees it there too)
     ev = next(e for e in flood["rec"].events if e.kind == "kv_thrashing")
     flagged = next(line for line in out.splitlines() if line.startswith("  flagged"))
-    assert f"flight event kv_thrashing (first at {rp._utc(ev.t + 1)}, +{ev.t + 1 - T0:.0f}s)" in flagged
+    assert f"flight event kv_thrashing (first at {playback._utc(ev.t + 1)}, +{ev.t + 1 - T0:.0f}s)" in flagged
     assert "long-prompt surge" in flagged and "KV pressure thrashing" in flagged
     assert ev.t >= T0 + ONSET
 
@@ -85,7 +86,7 @@ def test_a_replay_walks_the_record_one_step_per_screen(flood):
     assert "long-prompt surge" in blocks[-1]
     # the state at each screen is the live one at that poll
     for b, off in zip(blocks, offs):
-        assert View(None, False).render(flood["pubs"][round(T0 + off, 3)]) in b
+        assert Screen(None, False).render(flood["pubs"][round(T0 + off, 3)]) in b
 
 
 def test_speed_sets_the_wait_between_screens(flood):
@@ -104,7 +105,7 @@ def test_speed_sets_the_wait_between_screens(flood):
     for speed, refresh, step, wait in ((10, 1.0, 10, 1.0), (1, 2.0, 2, 2.0), (60, 0.5, 30, 0.5), (0.5, 1.0, 1, 2.0)):
         out = Collect()
         stop = Waits()
-        n = rp.run_replay(frames, out, tty=False, speed=speed, refresh=refresh, start=T0, end=T0 + 60, stop=stop)
+        n = playback.run_replay(frames, out, tty=False, speed=speed, refresh=refresh, start=T0, end=T0 + 60, stop=stop)
         offs = [int(m) for m in re.findall(r"\+(\d+)s of 179s", out.text)]
         assert offs == list(range(0, 61, step)), (speed, offs)
         assert n == len(offs) and stop.asked == [wait] * (n - 1), (speed, stop.asked)

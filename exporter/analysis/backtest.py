@@ -189,6 +189,10 @@ def run_backtest(opts: Options, now_ms: Callable[[], int],
             raise BacktestError(f"{opts.file}: no samples")
         start = opts.start_ms if opts.start_ms is not None else -(-first // step) * step
         end = opts.end_ms if opts.end_ms is not None else last
+        if end < start and opts.start_ms is None and opts.end_ms is None:  # no step of the grid falls in it
+            raise BacktestError(f"{opts.file}: the record spans {(last - first) / 1000:g}s, and the rules are "
+                                f"evaluated every {step / 1000:g}s on the step's grid: a record must span at least "
+                                f"{step / 1000:g}s (or give a --step no longer than the record)")
     else:
         step = _step(opts, groups, None)
         end = opts.end_ms if opts.end_ms is not None else now_ms()
@@ -292,6 +296,3 @@ def lanes(result: Result) -> list:
         out.append(Lane(f"{tr.alertname} {ident}".strip(), tr.alertname, tr.states.firing, tr.states.pending))
     return out
 
-
-def store_stats(store: Store) -> Tuple[int, int]:
-    return len(store), sum(len(s) for s in store)

@@ -13,16 +13,9 @@ import time
 from typing import Callable, List, Mapping, Sequence
 
 from ..errors import ConfigError
-from ..runtime.flight import parse_when
-from .parsing import PROG, OneLineParser, fail
+from .parsing import PROG, OneLineParser, duration_ms, fail, parse_time
 
 SUB = "backtest"
-
-
-def parse_time(text: str, what: str) -> int:
-    """RFC 3339 (``2026-01-02T03:04:05Z``, offsets and fractions allowed) or unix seconds, to ms
-    (the sidecar's own reading of ``/debug/flight?start=&end=``)."""
-    return int(round(parse_when(text, what) * 1000))
 
 
 def _parser() -> OneLineParser:
@@ -73,18 +66,6 @@ def _parser() -> OneLineParser:
     return p
 
 
-def _duration(text: str, what: str) -> int:
-    from ..analysis.promql.durations import DurationError, parse_duration
-
-    try:
-        ms = parse_duration(text)
-    except DurationError:
-        raise ValueError(f"{what}: {text!r} is not a duration (like 30s, 5m, 1h30m)") from None
-    if ms <= 0:
-        raise ValueError(f"{what}: must be positive")
-    return ms
-
-
 def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] = time.time) -> int:
     ns = _parser().parse_args(list(argv))
     if importlib.util.find_spec("numpy") is None:
@@ -103,16 +84,16 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
     try:
         start = parse_time(ns.start, "--start") if ns.start else None
         end = parse_time(ns.end, "--end") if ns.end else None
-        step = _duration(ns.step, "--step") if ns.step else None
-        lookback = _duration(ns.lookback, "--lookback")
+        step = duration_ms(ns.step, "--step") if ns.step else None
+        lookback = duration_ms(ns.lookback, "--lookback")
         onset_rel = None
         onset = None
         if ns.onset:
             if ns.onset.startswith("+"):
-                onset_rel = _duration(ns.onset[1:], "--onset")
+                onset_rel = duration_ms(ns.onset[1:], "--onset")
             else:
                 onset = parse_time(ns.onset, "--onset")
-        server_chunk = _duration(ns.server_chunk, "--server-chunk")
+        server_chunk = duration_ms(ns.server_chunk, "--server-chunk")
         slo = None if ns.rules else load_slo(ns.slo)
     except (ValueError, ConfigError) as exc:
         return fail(SUB, str(exc))

@@ -22,8 +22,7 @@ import time
 from typing import Callable, Mapping, Sequence
 
 from ..errors import ConfigError
-from .backtest import _duration, parse_time
-from .parsing import PROG, OneLineParser, fail
+from .parsing import PROG, OneLineParser, duration_ms, fail, parse_time
 
 SUB = "capacity"
 
@@ -162,9 +161,9 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
         return fail(SUB, "--confidence must be between 0 and 1")
     try:
         slo = load_slo(ns.slo)
-        step = _duration(ns.step, "--step")
-        server_chunk = _duration(ns.server_chunk, "--server-chunk")
-        period = _duration(ns.trend_period, "--trend-period")
+        step = duration_ms(ns.step, "--step")
+        server_chunk = duration_ms(ns.server_chunk, "--server-chunk")
+        period = duration_ms(ns.trend_period, "--trend-period")
         start = parse_time(ns.start, "--start") if ns.start else None
         end = parse_time(ns.end, "--end") if ns.end else None
     except (ValueError, ConfigError) as exc:

@@ -20,8 +20,7 @@ import time
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
-from .backtest import parse_time
-from .parsing import PROG, OneLineParser, fail
+from .parsing import PROG, OneLineParser, fail, parse_time
 
 SUB = "gate"
 

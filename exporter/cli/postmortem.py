@@ -163,11 +163,11 @@ def main(argv: Sequence[str], env: Mapping[str, str], now: Callable[[], float] =
     from ..analysis import postmortem as pm
     from ..analysis.sources import SourceError
     from ..slo import load_slo
-    from .backtest import _duration, parse_time
+    from .parsing import duration_ms, parse_time
 
     try:
         slo = load_slo(ns.slo)
-        resample_ms = _duration(ns.resample, "--resample")
+        resample_ms = duration_ms(ns.resample, "--resample")
         query = {}
         if ns.start:
             query["start"] = str(parse_time(ns.start, "--start") / 1000)

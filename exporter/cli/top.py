@@ -53,7 +53,7 @@ def parser() -> OneLineParser:
 
 
 def _when(text: str, first: float, what: str) -> float:
-    from .backtest import parse_time
+    from .parsing import parse_time
 
     t = text.strip()
     if t.startswith("+"):
@@ -70,6 +70,7 @@ def replay(ns) -> int:
 
     from ..analysis import replay as rp
     from ..analysis.sources import SourceError
+    from ..view.playback import run_replay
 
     if ns.speed < 0:
         return fail("top", "--speed must be >= 0")
@@ -96,8 +97,8 @@ def replay(ns) -> int:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-    rp.run_replay(frames, sys.stdout, tty=sys.stdout.isatty() and not ns.plain, speed=ns.speed, refresh=ns.refresh,
-                  once=ns.once, start=start, end=end, source=Path(ns.replay).name, stop=stop)
+    run_replay(frames, sys.stdout, tty=sys.stdout.isatty() and not ns.plain, speed=ns.speed, refresh=ns.refresh,
+               once=ns.once, start=start, end=end, source=Path(ns.replay).name, stop=stop)
     return 0
 
 

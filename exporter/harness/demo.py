@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Dict, List, Optional, TextIO
 
-from ..view.console import View
+from ..view.console import Screen
 from .simulate import SimRunner, SimVllm
 
 # seconds before the scenario's trouble starts when --onset is not given: a short normal stretch
@@ -50,7 +50,7 @@ def run_demo(scenario: str, duration: float, onset: Optional[float], listen: str
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-    view = View(out, tty)
+    view = Screen(out, tty)
     alerts_seen: Dict[str, str] = {}
     workdir = tempfile.mkdtemp(prefix="vllm-sidecar-demo-")
     stack: Optional[Stack] = None

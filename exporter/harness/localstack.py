@@ -5,6 +5,7 @@ Every process started here is stopped by ``Stack.close()`` (use it as a context 
 when the caller fails; ``diag()`` gives the tail of each process's log for error messages.
 """
 
+import calendar
 import json
 import os
 import shutil
@@ -189,6 +190,8 @@ class Stack:
             cfg["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [self.am_url.split("//")[1]]}]}]}
         path = self.dir / "prometheus.yml"
         path.write_text(yaml.safe_dump(cfg))
+        self.scrape_seconds = _seconds(interval)
+        self.targets = len(targets)
         port = free_port()
         self.prom_url = f"http://127.0.0.1:{port}"
         p = Process("prometheus", ["prometheus", f"--config.file={path}", f"--storage.tsdb.path={self.dir / 'prom-data'}",
@@ -214,6 +217,29 @@ class Stack:
         states = {a["state"] for a in self.alerts() if a["labels"]["alertname"] == name}
         return "firing" if "firing" in states else ("pending" if "pending" in states else None)
 
+    def settled_at(self, after: float = 0.0, scrapes: int = 4, timeout: float = 180.0, lag: float = 3.0,
+                   diag=None) -> float:
+        """A moment (Unix seconds) at which every target's last ``scrapes`` scrapes had all
+        succeeded and every rule group had evaluated since: ask a query ``at`` it to read a
+        settled state. On a busy machine a scrape that times out writes ``up`` 0 and marks every
+        series of its target stale until the next one, and a rule evaluated in that gap records
+        nothing; a query at "now" can fall in such a gap, a query at this moment cannot. The
+        moment is ``lag`` seconds in the past, so that a scrape still in flight (its samples are
+        stamped with its start) cannot land before it unseen; and later than ``after`` (what the
+        caller has seen by then is in it). Waits up to ``timeout``."""
+        span = f"{int((scrapes + 0.5) * self.scrape_seconds * 1000)}ms"
+        healthy = f"min_over_time(up[{span}]) == 1 and count_over_time(up[{span}]) >= {scrapes}"
+
+        def moment():
+            at = time.time() - lag
+            if at <= after or len(self.query(healthy, at=at)) < self.targets:
+                return None
+            groups = http_get(self.prom_url + "/api/v1/rules")["data"]["groups"]
+            return at if all(_unix(g["lastEvaluation"]) > at for g in groups) else None
+
+        return wait_until(moment, timeout, every=0.5, what=f"{scrapes} good scrapes of every target in a row",
+                          diag=diag or self.diag)
+
     def targets_up(self) -> bool:
         data = http_get(self.prom_url + "/api/v1/targets")["data"]["activeTargets"]
         return bool(data) and all(t["health"] == "up" for t in data)
@@ -223,6 +249,32 @@ class Stack:
             p.stop()
         if self.webhook:
             self.webhook.close()
+
+
+def _seconds(duration: str) -> float:
+    """A Prometheus duration of one unit ("1s", "500ms", "2m") in seconds."""
+    for unit, scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0)):
+        if duration.endswith(unit) and duration[:-len(unit)].replace(".", "", 1).isdigit():
+            return float(duration[:-len(unit)]) * scale
+    raise ValueError(f"scrape interval {duration!r}: a number of ms, s or m")
+
+
+def _unix(rfc3339: str) -> float:
+    """Prometheus' RFC 3339 time (nanoseconds; ``Z`` or an offset) in Unix seconds; 0 for Go's
+    zero time (a rule group not evaluated yet)."""
+    stamp, offset = rfc3339[:19], rfc3339[19:]
+    if stamp.startswith("0001-"):
+        return 0.0
+    frac, zone = "0", "Z"
+    if offset.startswith("."):
+        cut = next((i for i, c in enumerate(offset[1:]) if not c.isdigit()), len(offset) - 1)
+        frac, zone = offset[1:1 + cut] or "0", offset[1 + cut:] or "Z"
+    shift = 0
+    if zone not in ("Z", ""):
+        sign = -1 if zone[0] == "-" else 1
+        hours, _, minutes = zone[1:].partition(":")
+        shift = sign * (int(hours) * 3600 + int(minutes or 0) * 60)
+    return calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S")) + float("0." + frac) - shift
 
 
 class SidecarThread:

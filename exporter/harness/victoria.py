@@ -35,10 +35,6 @@ def _rfc3339(ms: int) -> str:
     return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _escape(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 # VictoriaMetrics serves no query over samples near unix time 0 (and reads small import timestamps as
 # seconds): scenarios that start at 0, as promtool's do, are stored from this instant on (a day
 # boundary, 2023-11-14T00:00:00Z), and timestamp-valued gauges move with them

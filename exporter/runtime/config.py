@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass, make_dataclass
 from dataclasses import fields as dc_fields
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError
@@ -186,19 +186,6 @@ class _Settings:
     @property
     def slo_itl_seconds(self) -> float:
         return 1.0 / self.slo_output_tokens_per_second
-
-    def redacted(self) -> Dict[str, Any]:
-        out = {}
-        for f in dc_fields(self):
-            v = getattr(self, f.name)
-            spec = FIELD_BY_KEY.get(f.name)
-            if spec is not None and spec.secret and v:
-                v = "<redacted>"
-            if f.name == "vllm_url":
-                v = redact_url(v)
-            out[f.name] = v
-        return out
-
 
 # The configuration a sidecar runs with: one frozen field per entry of FIELDS, in its order, so
 # the table above is the only list of the keys.
@@ -485,11 +472,6 @@ def default_text(f: Field) -> str:
     if f.secret or d == "":
         return "(none)"
     return str(d)
-
-
-def doc_table() -> List[Tuple[str, str, str, str]]:
-    """(flag, env, default, meaning) for every key, for the README and ``--help``."""
-    return [(flag_name(f.key), env_name(f.key), default_text(f), f.doc) for f in FIELDS]
 
 
 def parse_labels(text: str) -> Tuple[Tuple[str, str], ...]:

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .collectors.base import PREFIX
-from .collectors.gpu import _GPU_COUNTERS, _GPU_GAUGES
+from .collectors.gpu import GPU_COUNTERS, GPU_GAUGES
 from .collectors.vllm import DERIVED, POD_DERIVED, RESOLUTION
 from .flight_encode import PackedBlock, openmetrics, pack, series_text  # noqa: F401 - openmetrics, series_text: re-exported
 from .gpu import THROTTLE_REASONS
@@ -69,8 +69,8 @@ _EXTRA = tuple((PREFIX + n, s.read, s.extra[0], s.extra[0] < "model_name") for n
 _SUMMARY = tuple((PREFIX + n, s.read) for n, s in DERIVED.items() if s.summary)
 _POD = tuple((PREFIX + n, p.read, p.labels or p.label) for n, p in POD_DERIVED.items())
 _RES = PREFIX + RESOLUTION[0]
-_GPU = tuple((attr, PREFIX + name) for attr, name, _ in _GPU_GAUGES) + tuple(
-    (attr, PREFIX + name + "_total") for attr, name, _ in _GPU_COUNTERS)
+_GPU = tuple((attr, PREFIX + name) for attr, name, _ in GPU_GAUGES) + tuple(
+    (attr, PREFIX + name + "_total") for attr, name, _ in GPU_COUNTERS)
 _Q = {}  # quantile -> its label text, as the collector writes it (repr)
 
 _SUFFIX = {"bucket": "_bucket", "sum": "_sum", "count": "_count", "created": "_created"}
@@ -527,10 +527,6 @@ class Recorder:
                 "first": self.blocks[0].t0 if self.blocks else None,
                 "last": self.blocks[-1].t1 if self.blocks else None,
                 "polls": sum(b.n for b in self.blocks) + len(self._times)}
-
-
-def memory_of(obj) -> int:  # pragma: no cover - for the benchmark's cross-check
-    return sys.getsizeof(obj)
 
 
 # -- serving ---------------------------------------------------------------------------------

@@ -46,8 +46,6 @@ from typing import Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence, 
 
 from .inputs import COUNTER, INPUTS, Hist, HistKey, SeriesKey, Snapshot
 
-Buckets = List[Tuple[float, float]]  # (upper bound, cumulative count), sorted
-
 _COUNTER_KEYS = frozenset(i.key for i in INPUTS if i.kind == COUNTER)
 _MAX_PROCESSES = 4
 
@@ -76,7 +74,9 @@ class _Proc:
         self.seen = -math.inf
 
 
-class _HistSlots:
+class HistSlots:
+    """Where one histogram's totals are: a slot per bucket bound (sorted), the sum's, the count's."""
+
     __slots__ = ("les", "slots", "by_le", "sum", "count")
 
     def __init__(self, sum_slot: int, count_slot: int) -> None:
@@ -137,6 +137,45 @@ class _Trend:
         return (n * self.sty - self.st * self.sy) / den
 
 
+class _Credit:
+    """What a series seen for the first time in this process adds (see the module docstring)."""
+
+    __slots__ = ("prev_t", "other", "fresh", "created", "step", "tolerance")
+
+    def __init__(self, prev_t: Optional[float], other: bool, fresh: bool, created: Dict,
+                 step: Dict[Tuple[str, str], float], tolerance: float) -> None:
+        self.prev_t, self.other, self.fresh = prev_t, other, fresh
+        self.created, self.step, self.tolerance = created, step, tolerance
+
+    def __call__(self, key: SeriesKey, value: float) -> float:
+        if self.prev_t is None or self.other:
+            return 0.0  # the baseline, or a process whose history we do not have
+        if self.fresh:
+            return value  # a new process: its counters started from zero
+        c = self.created.get(key)
+        if c is not None:
+            return value if c >= self.prev_t - self.tolerance else 0.0
+        return value if value <= max(1.0, self.step.get((key[0], key[1]), 0.0)) else 0.0
+
+
+def _hist_step(h: Hist, p: Hist, dt: float, whole: bool, named: bool, was_down: bool) -> str:
+    """What one histogram read after ``p`` is: ``add`` (its increase, or its whole value when
+    ``whole``: counts went down on an unnamed process), ``suspect`` (down without a restart, or
+    its sum down: wrong once, left out), ``suspect_again`` (the sum down twice in a row: a new
+    baseline, rejected), ``baseline`` (down twice in a row on a named process: a reset we cannot
+    place, a new baseline) or ``jump`` (an impossible increase, left out)."""
+    if whole and named:
+        return "baseline" if was_down else "suspect"
+    if not whole and h.count - p.count > MAX_RATE_PER_SECOND * max(dt, 1e-3):
+        return "jump"
+    if not whole and h.sum < p.sum:
+        # counts up or level but the sum down: observations are never negative, so one of the
+        # two pages is wrong (a page cut inside the number). Once: left out; twice in a row: a
+        # new baseline, never a negative increase.
+        return "suspect_again" if was_down else "suspect"
+    return "add"
+
+
 class Windows:
     """Running totals and their ring (see the module docstring). Owned by one poll loop."""
 
@@ -155,7 +194,7 @@ class Windows:
         self._agg: List[float] = []
         self._slot_keys: List[tuple] = []
         self._ctr: Dict[Tuple[str, str], Dict[str, int]] = {}
-        self._hst: Dict[Tuple[str, str], _HistSlots] = {}
+        self._hst: Dict[Tuple[str, str], HistSlots] = {}
         self._times: List[float] = []
         self._ring: List[array] = []
         self._head = 0
@@ -188,7 +227,7 @@ class Windows:
     def _hist_slots(self, inp: str, model: str, les: Tuple[float, ...]) -> Tuple[int, ...]:
         hs = self._hst.get((inp, model))
         if hs is None:
-            hs = self._hst[(inp, model)] = _HistSlots(self._new_slot(("s", inp, model)),
+            hs = self._hst[(inp, model)] = HistSlots(self._new_slot(("s", inp, model)),
                                                       self._new_slot(("n", inp, model)))
         by_le = hs.by_le
         out = []
@@ -239,26 +278,24 @@ class Windows:
             self.other_process_t = t
         self._proc = proc
         proc.seen = t
-        agg = self._agg
-        step = self._step
+        credit = _Credit(prev_t, other, fresh, snap.created, self._step, self.poll_interval + 1.0)
         new_step: Dict[Tuple[str, str], float] = {}
-        tolerance = self.poll_interval + 1.0
-        last = proc.last
-        created = snap.created
+        rejected = self._add_counters(snap, proc, credit, new_step)
+        rejected += self._add_hists(snap, proc, credit, new_step)
+        self._step = new_step
+        self._add_gauges(snap, prev_t)
+        self._push_row(t)
+        self.latest = snap
+        self.polls += 1
+        if self.polls % 32 == 0:
+            self._forget(t)
+        return AddResult(restart, other, rejected)
 
-        def credit(key: SeriesKey, value: float) -> float:
-            """What a series seen for the first time in this process adds."""
-            if prev_t is None or other:
-                return 0.0  # the baseline, or a process whose history we do not have
-            if fresh:
-                return value  # a new process: its counters started from zero
-            c = created.get(key)
-            if c is not None:
-                return value if c >= prev_t - tolerance else 0.0
-            return value if value <= max(1.0, step.get((key[0], key[1]), 0.0)) else 0.0
-
+    def _add_counters(self, snap: Snapshot, proc: _Proc, credit: "_Credit",
+                      new_step: Dict[Tuple[str, str], float]) -> int:
+        """Every counter series' increase into its total; the values rejected."""
+        t, agg, last, down = snap.t, self._agg, proc.last, proc.down
         rejected = 0
-        down = proc.down
         named = proc.start is not None  # a known start time: a drop without its change is wrong
         for key, v in snap.values.items():
             inp = key[0]
@@ -293,36 +330,14 @@ class Windows:
                 mk = (inp, key[1])
                 if inc > new_step.get(mk, 0.0):
                     new_step[mk] = inc
-        rejected += self._add_hists(snap, proc, t, credit, new_step)
-        self._step = new_step
+        return rejected
 
-        self._track_models(snap, t, prev_t)
-
-        # the ring
-        self._times.append(t)
-        self._ring.append(array("d", agg))
-        horizon = t - self.retention
-        times = self._times
-        while self._head < len(times) - 1 and times[self._head] < horizon:
-            self._head += 1
-        if self._head > 64 and self._head * 2 > len(times):
-            del times[: self._head]
-            del self._ring[: self._head]
-            self._head = 0
-        self.latest = snap
-        self.polls += 1
-        if self.polls % 32 == 0:
-            self._forget(t)
-        return AddResult(restart, other, rejected)
-
-    def _add_hists(self, snap: Snapshot, proc: _Proc, t: float, credit, new_step: Dict[Tuple[str, str], float]) -> int:
-        """The histograms of one snapshot into the running totals (``add``'s rules); the number
-        of histograms rejected as impossible."""
-        agg = self._agg
-        down = proc.down
-        named = proc.start is not None
+    def _add_hists(self, snap: Snapshot, proc: _Proc, credit: "_Credit",
+                   new_step: Dict[Tuple[str, str], float]) -> int:
+        """Every histogram's increase (buckets, sum, count) into its totals; the values rejected."""
+        t, agg, hlast, down = snap.t, self._agg, proc.hlast, proc.down
         rejected = 0
-        hlast = proc.hlast
+        named = proc.start is not None
         for hkey, h in snap.hists.items():
             prev = hlast.get(hkey)
             les = tuple([le for le, _c in h.buckets])
@@ -338,31 +353,19 @@ class Windows:
                 whole = credit((hkey[0], hkey[1], hkey[2], ""), h.count) > 0
             else:
                 p = prev[0]
-                if h.count < p.count:
-                    whole = True
-                else:
-                    whole = any(c < pc for (_le, c), (_ple, pc) in zip(h.buckets, p.buckets))
-                if whole and named and hkey not in down:
-                    rejected += 1  # down without a restart: wrong once; twice in a row, a reset
+                whole = h.count < p.count or any(c < pc for (_le, c), (_ple, pc) in zip(h.buckets, p.buckets))
+                verdict = _hist_step(h, p, t - prev[1], whole, named, hkey in down)
+                if verdict == "jump":
+                    rejected += 1
+                    continue
+                if verdict == "suspect":
+                    rejected += 1
                     down.add(hkey)
                     continue
-                if whole and named:
+                if verdict != "add":  # baseline, suspect_again: a reset we cannot place, a new baseline
+                    rejected += verdict == "suspect_again"
                     down.discard(hkey)
-                    hlast[hkey] = (h, t, slots, les)  # a reset we cannot place: a new baseline
-                    continue
-                if not whole and h.count - p.count > MAX_RATE_PER_SECOND * max(t - prev[1], 1e-3):
-                    rejected += 1
-                    continue
-                if not whole and h.sum < p.sum:
-                    # counts up or level but the sum down: observations are never negative, so
-                    # one of the two pages is wrong (a page cut inside the number). Once: left
-                    # out; twice in a row: a new baseline, never a negative increase.
-                    rejected += 1
-                    if hkey in down:
-                        down.discard(hkey)
-                        hlast[hkey] = (h, t, slots, les)
-                    else:
-                        down.add(hkey)
+                    hlast[hkey] = (h, t, slots, les)
                     continue
                 down.discard(hkey)
                 if not whole:
@@ -381,9 +384,9 @@ class Windows:
             hlast[hkey] = (h, t, slots, les)
         return rejected
 
-    def _track_models(self, snap: Snapshot, t: float, prev_t: Optional[float]) -> None:
-        """Gauges, the KV trend and the stall bookkeeping, per model: when requests were last not
-        running, when the engine was last not wedged (requests waiting, none running)."""
+    def _add_gauges(self, snap: Snapshot, prev_t: Optional[float]) -> None:
+        """Gauges, the KV trend and the stall bookkeeping, per model."""
+        t = snap.t
         lo = t - self.window
         seen = self._model_seen
         for m in snap.models:
@@ -406,6 +409,19 @@ class Windows:
                 tr.add(t, max(kv))
             if tr is not None:
                 tr.evict(lo)
+
+    def _push_row(self, t: float) -> None:
+        """The totals as the ring's newest row; rows older than the retention dropped now and then."""
+        self._times.append(t)
+        self._ring.append(array("d", self._agg))
+        horizon = t - self.retention
+        times = self._times
+        while self._head < len(times) - 1 and times[self._head] < horizon:
+            self._head += 1
+        if self._head > 64 and self._head * 2 > len(times):
+            del times[: self._head]
+            del self._ring[: self._head]
+            self._head = 0
 
     def _forget(self, t: float) -> None:
         """Drop what has not been seen for ``memory`` seconds (series, processes, models)."""
@@ -453,7 +469,7 @@ class Windows:
             if key[0] in ("s", "n"):
                 hs = self._hst.get((key[1], key[2]))
                 if hs is None:
-                    hs = self._hst[(key[1], key[2])] = _HistSlots(-1, -1)
+                    hs = self._hst[(key[1], key[2])] = HistSlots(-1, -1)
                 if key[0] == "s":
                     hs.sum = idx
                 else:
@@ -474,9 +490,9 @@ class Windows:
             for key in [k for k in proc.last if k[1] not in self._model_seen]:
                 del proc.last[key]
 
-    # -- reading -------------------------------------------------------------------------------
-    def view(self, now: float, seconds: Optional[float] = None) -> "View":
-        return View(self, now, self.window if seconds is None else seconds)
+    # -- reading (what a Window reads) -------------------------------------------------------
+    def view(self, now: float, seconds: Optional[float] = None) -> "Window":
+        return Window(self, now, self.window if seconds is None else seconds)
 
     def multiple_processes(self, now: float) -> bool:
         """Another process answered within the windows' memory."""
@@ -492,25 +508,69 @@ class Windows:
     def ring_length(self) -> int:
         return len(self._times) - self._head
 
+    def rows_within(self, since: float, until: float) -> Tuple[int, int]:
+        """The first and last rows of the ring taken in ``[since, until]`` (last < first: none)."""
+        times = self._times
+        hi = bisect_right(times, until, self._head) - 1
+        lo = bisect_left(times, since, self._head, max(self._head, hi + 1))
+        return lo, hi
 
-class View:
-    """The window ending at ``now``: increases as differences of two rows of the ring."""
+    def row_at_or_before(self, t: float) -> Optional[int]:
+        """The last row taken at or before ``t``; None when the ring does not reach back so far."""
+        k = bisect_right(self._times, t, self._head) - 1
+        return k if k >= self._head else None
+
+    def row(self, k: int) -> Tuple[float, array]:
+        """One row of the ring: when it was taken, the totals then (by slot)."""
+        return self._times[k], self._ring[k]
+
+    def counter_slots(self, key: str, model: str) -> Dict[str, int]:
+        """The total of each extra label value of a counter input for one model (empty: never seen)."""
+        return self._ctr.get((key, model)) or {}
+
+    def hist_slots(self, key: str, model: str) -> Optional[HistSlots]:
+        """Where a histogram input's totals are for one model (None: never seen)."""
+        return self._hst.get((key, model))
+
+    def last_seen(self, key: str, model: str) -> Optional[float]:
+        """When a counter input of one model was last on a page."""
+        return self._seen_at.get((key, model))
+
+    def kv_slope(self, model: str) -> Optional[float]:
+        """The KV usage trend over the window, per second (None without two points)."""
+        tr = self._trend.get(model)
+        return tr.slope() if tr is not None else None
+
+    def last_not_running(self, model: str) -> float:
+        """When a poll last saw no request running for the model (inf: model never seen)."""
+        return self._not_running.get(model, math.inf)
+
+    def last_not_wedged(self, model: str) -> float:
+        """When a poll last saw the model not wedged (requests waiting and none running)."""
+        return self._not_queued.get(model, math.inf)
+
+    def inputs_missing_at(self) -> float:
+        """When a page last lacked the running or generation-tokens input."""
+        return self._absent_t
+
+
+class Window:
+    """One window of the ring, ending at ``now``: increases as differences of two rows. Reads
+    ``Windows`` through its public reading methods only."""
 
     def __init__(self, w: Windows, now: float, seconds: float) -> None:
         self.w = w
-        times = w._times
-        hi = bisect_right(times, now, w._head) - 1
-        lo = bisect_left(times, now - seconds, w._head, max(w._head, hi + 1))
-        self.polls = hi - lo + 1 if hi >= w._head and hi >= lo else 0
+        lo, hi = w.rows_within(now - seconds, now)
+        self.polls = hi - lo + 1 if hi >= lo else 0
         self.latest = w.latest
         if self.polls:
-            first, last = w._ring[lo], w._ring[hi]
+            (first_t, first), (last_t, last) = w.row(lo), w.row(hi)
             if len(first) < len(last):  # totals added since: they started from 0
                 first = first + array("d", bytes(8 * (len(last) - len(first))))
             self._first = first
             self._last = last
-            self.first_t = times[lo]
-            self.span = times[hi] - times[lo]
+            self.first_t = first_t
+            self.span = last_t - first_t
         else:
             self._first = self._last = array("d")
             self.first_t = now
@@ -526,7 +586,7 @@ class View:
     def increase(self, key: str, model: str) -> Optional[float]:
         """Increase of one counter input for one model over the window, all engines and extra
         label values summed; None when the model never had that input."""
-        d = self.w._ctr.get((key, model))
+        d = self.w.counter_slots(key, model)
         if not d:
             return None
         return sum(self._inc(s) for s in d.values())
@@ -534,19 +594,19 @@ class View:
     def span_of(self, key: str, model: str) -> float:
         """The window's span for one counter input: up to when it was last on a page, so that
         a series missing from the latest page (or rejected on it) lowers no rate."""
-        seen = self.w._seen_at.get((key, model))
+        seen = self.w.last_seen(key, model)
         end = self.first_t + self.span
         if seen is not None and self.first_t < seen < end:
             return seen - self.first_t
         return self.span
 
     def by_extra(self, key: str, model: str) -> Dict[str, float]:
-        d = self.w._ctr.get((key, model))
-        return {x: self._inc(s) for x, s in sorted(d.items())} if d else {}
+        d = self.w.counter_slots(key, model)
+        return {x: self._inc(s) for x, s in sorted(d.items())}
 
     def hist(self, key: str, model: str) -> Optional[Hist]:
         """The histogram of what was observed in the window (one model, engines added)."""
-        hs = self.w._hst.get((key, model))
+        hs = self.w.hist_slots(key, model)
         if hs is None or not hs.les:
             return None
         first, last = self._first, self._last
@@ -568,8 +628,7 @@ class View:
         return Hist(buckets=tuple(out), sum=last[hs.sum] - first[hs.sum], count=count)
 
     def kv_slope(self, model: str) -> Optional[float]:
-        tr = self.w._trend.get(model)
-        return tr.slope() if tr is not None else None
+        return self.w.kv_slope(model)
 
     def stalled(self, model: str, stall_seconds: float) -> Optional[bool]:
         """Requests running throughout the last ``stall_seconds`` and not one token produced; or
@@ -578,25 +637,24 @@ class View:
 
         None while the history does not reach back that far or the inputs were missing."""
         w = self.w
-        times = w._times
-        anchor = bisect_right(times, self.now - stall_seconds, w._head) - 1
-        if anchor < w._head:
+        anchor = w.row_at_or_before(self.now - stall_seconds)
+        if anchor is None:
             return None
-        at = times[anchor]
-        if w._absent_t >= at:
+        at, first = w.row(anchor)
+        if w.inputs_missing_at() >= at:
             return None
-        wedged = w._not_queued.get(model, math.inf) < at
-        if w._not_running.get(model, math.inf) >= at and not wedged:
+        wedged = w.last_not_wedged(model) < at
+        if w.last_not_running(model) >= at and not wedged:
             return False
-        first, last = w._ring[anchor], self._last
+        last = self._last
 
         def grew(slots) -> bool:
-            return sum((last[s] if s < len(last) else 0.0) - (first[s] if s < len(first) else 0.0) for s in slots) > 0
+            return sum((last[s] if s < len(last) else 0.0) - (first[s] if s < len(first) else 0.0)
+                       for s in slots) > 0
 
-        d = w._ctr.get(("generation_tokens", model))
-        if d and grew(d.values()):
+        if grew(w.counter_slots("generation_tokens", model).values()):
             return False
-        steps = w._ctr.get(("iterations", model))
+        steps = w.counter_slots("iterations", model)
         return not (wedged and steps and grew(steps.values()))
 
 
@@ -621,148 +679,6 @@ def merge_hists(hists: Iterable[Hist]) -> Optional[Hist]:
 def model_hist(snap: Snapshot, key: str, model: str) -> Optional[Hist]:
     """One model's histogram on one page, all engines added."""
     return merge_hists(snap.hists_by_model.get((key, model), ()))
-
-
-class ScalarOps:
-    """The element operations ``bucket_quantile`` is written in, for one step (plain floats).
-
-    The PromQL engine passes numpy's versions (``analysis/promql/quantile.py``) and so runs the
-    very same code over every step at once; the sidecar needs no numpy."""
-
-    @staticmethod
-    def where(cond, a, b):
-        return a if cond else b
-
-    @staticmethod
-    def isnan(x) -> bool:
-        return math.isnan(x)
-
-    @staticmethod
-    def stack(rows):
-        return rows
-
-    @staticmethod
-    def index(i: int, like) -> int:
-        """The bucket index ``i`` at every step of ``like``."""
-        return i
-
-    @staticmethod
-    def take(rows, i):
-        """Each step's count in bucket ``i`` (its own ``i`` per step) of ``stack(counts)``."""
-        return rows[i]
-
-    @staticmethod
-    def pick(bounds, i):
-        """Bound ``i`` (its own ``i`` per step)."""
-        return bounds[i]
-
-    @staticmethod
-    def div(a, b):
-        """Go's float division: x/0 is ±Inf, 0/0 NaN."""
-        try:
-            return a / b
-        except ZeroDivisionError:
-            return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1, b)
-
-
-def _coalesce_monotonic(bounds: Sequence[float], counts: Sequence, ops) -> Tuple[List[float], List]:
-    """``coalesceBuckets`` then ``ensureMonotonic`` (Prometheus 2.42 ``promql/quantile.go``) on
-    buckets sorted by bound: equal bounds merged (counts added); a count below the highest one
-    before it takes that count. Comparisons with NaN are false, so a NaN count stays and a NaN
-    first count freezes everything after it, as in Go."""
-    B: List[float] = []
-    C: List = []
-    for le, c in zip(bounds, counts):
-        if B and B[-1] == le:
-            C[-1] = C[-1] + c
-        else:
-            B.append(le)
-            C.append(c)
-    if C:
-        hi = C[0]
-        for i in range(1, len(C)):
-            c = C[i]
-            C[i] = ops.where(c < hi, hi, c)
-            hi = ops.where(c > hi, c, hi)
-    return B, C
-
-
-def bucket_quantile(q, bounds: Sequence[float], counts: Sequence, ops=ScalarOps, prepared: bool = False):
-    """Prometheus' ``bucketQuantile`` (2.42, ``promql/quantile.go``): the project's one
-    implementation of ``histogram_quantile`` over classic buckets. The sidecar calls it for one
-    step (floats, ``ScalarOps``); the backtest's PromQL engine for every step of a grid at once
-    (``counts`` a list of arrays, numpy's ops). ``bounds`` are sorted ascending (equal ones
-    allowed); ``counts`` are the cumulative counts, one per bound.
-
-    Same results as Prometheus: ``q`` NaN gives NaN, ``q < 0`` -Inf, ``q > 1`` +Inf; NaN without
-    a ``+Inf`` highest bound, with fewer than two buckets (after merging equal bounds) or without
-    observations; the rank's bucket found with Go's ``sort.Search`` (a binary search, so
-    non-monotonic or NaN input lands where Prometheus lands); the ``+Inf`` bucket answers with the
-    highest finite bound; linear interpolation inside a bucket, the first bucket starting at 0
-    when its bound is positive (its bound when it is not). ``prepared``: already merged and made
-    monotonic (``prepare_buckets``).
-    """
-    where = ops.where
-    B, C = (list(bounds), list(counts)) if prepared else _coalesce_monotonic(bounds, counts, ops)
-    n = len(B)
-    if not n or B[-1] != math.inf or n < 2:
-        body = math.nan
-    else:
-        M = ops.stack(C)
-        obs = C[-1]
-        rank = q * obs
-        lo, hi = ops.index(0, obs), ops.index(n - 1, obs)  # sort.Search(n-1, C[i] >= rank)
-        for _ in range((n - 1).bit_length() + 1):  # enough rounds for the longest search
-            h = (lo + hi) // 2
-            f = ops.take(M, h) >= rank
-            active = lo < hi
-            lo, hi = where(active, where(f, lo, h + 1), lo), where(active, where(f, h, hi), hi)
-        b = lo
-        prev_i = where(b > 0, b - 1, 0)
-        bc, prev = ops.take(M, b), ops.take(M, prev_i)
-        end, start = ops.pick(B, b), where(b > 0, ops.pick(B, prev_i), 0.0)
-        count = where(b > 0, bc - prev, bc)
-        r = where(b > 0, rank - prev, rank)
-        val = start + (end - start) * ops.div(r, count)
-        val = where(b == 0, B[0] if B[0] <= 0 else val, val)
-        val = where(b == n - 1, B[n - 2], val)
-        body = where(obs == 0, math.nan, val)
-    return where(ops.isnan(q), math.nan, where(q < 0, -math.inf, where(q > 1, math.inf, body)))
-
-
-def prepare_buckets(buckets: Iterable[Tuple[float, float]]) -> Buckets:
-    """Cumulative buckets (upper bound, count) sorted, equal bounds merged and made monotonic,
-    as ``bucketQuantile`` prepares them."""
-    pairs = sorted(buckets, key=lambda b: b[0])
-    B, C = _coalesce_monotonic([le for le, _ in pairs], [c for _, c in pairs], ScalarOps)
-    return list(zip(B, C))
-
-
-def histogram_quantile(q: float, buckets: Sequence[Tuple[float, float]], prepared: bool = False) -> float:
-    """Prometheus' ``histogram_quantile`` of cumulative buckets (upper bound, count) at one step:
-    ``bucket_quantile`` on them (``prepared``: they come from ``prepare_buckets``)."""
-    b = buckets if prepared else sorted(buckets, key=lambda x: x[0])
-    return bucket_quantile(q, [le for le, _ in b], [c for _, c in b], ScalarOps, prepared)
-
-
-def count_at_or_below(x: float, buckets: Sequence[Tuple[float, float]]) -> float:
-    """Observations at or below ``x``, interpolated linearly inside the bucket holding ``x``.
-
-    The same estimate as Prometheus' ``histogram_fraction(0, x)`` times the count. Above the
-    highest finite bound nothing more is known, so observations in the ``+Inf`` bucket count as
-    above ``x``.
-    """
-    b = prepare_buckets(buckets)
-    lo_bound, lo_count = 0.0, 0.0
-    for le, c in b:
-        if math.isinf(le):
-            return lo_count
-        if x <= le:
-            if x <= lo_bound or le == lo_bound:
-                return lo_count if x < le else c
-            return lo_count + (c - lo_count) * (x - lo_bound) / (le - lo_bound)
-        lo_bound, lo_count = le, c
-    return lo_count
 
 
 def linear_slope(points: Sequence[Tuple[float, float]]) -> Optional[float]:

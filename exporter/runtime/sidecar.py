@@ -334,9 +334,8 @@ class Sidecar:
                 self.recorder.record(now, rows, pub)
         except Exception as exc:  # noqa: BLE001 - logged once per kind, the poll goes on
             name = type(exc).__name__
-            if self.states.said(("flight",)) != name:
+            if self.states.note(("flight",), name):  # said once per kind, with its traceback
                 log.error("flight recorder failed (%s: %s); polls go on", name, str(exc)[:200], exc_info=exc)
-                self.states._said[("flight",)] = name
 
     def _learn(self, signals: Signals, now: float) -> None:
         """Feed the baseline with busy-time throughput of the replica's work, never from a poll

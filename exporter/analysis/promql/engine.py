@@ -41,7 +41,6 @@ import numpy as np
 from . import aggregate as agg
 from . import binops, functions
 from .ast import (
-    SCALAR,
     AggregateExpr,
     BinaryExpr,
     Call,
@@ -404,10 +403,3 @@ class Evaluator:
         order = np.argsort(K, kind="stable")
         return build([labels[i] for i in order], V[order], P[order], K[order], self.times)
 
-
-def value_type(v: Value) -> str:
-    if isinstance(v, Vec):
-        return "vector"
-    if isinstance(v, str):
-        return "string"
-    return SCALAR

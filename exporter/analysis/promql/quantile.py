@@ -3,7 +3,7 @@
 
 This module does the grouping (the series' labels without ``le`` and ``__name__``; a series whose
 ``le`` is not a number is skipped) and hands each step's buckets to the project's one
-``bucketQuantile``, ``exporter.runtime.rolling.histogram_quantile`` (the sidecar's own), so the
+``bucketQuantile``, ``exporter.runtime.buckets.histogram_quantile`` (the sidecar's own), so the
 sidecar and the backtest cannot disagree on a quantile. It is written in a handful of element
 operations; ``NumpyOps`` gives numpy's, so the one implementation runs over every step at once.
 
@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ...runtime.rolling import bucket_quantile
+from ...runtime.buckets import bucket_quantile
 from .labels import Labels, get, without
 from .vector import Vec
 

@@ -422,14 +422,6 @@ def production_trace(trace: str = "conv", history_h: float = 24.0, step: float =
 RECORDINGS = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "recordings"
 
 
-def recorded_intervals(name: str) -> Tuple[int, ...]:
-    """The scrape intervals a recording's Prometheus servers stored it at: (5,) for the first
-    recordings (one Prometheus every 5 s, ``prometheus.om.gz``), (15, 30) for those recorded at
-    real intervals (``prometheus-15s.om.gz``, ``prometheus-30s.om.gz``)."""
-    meta = json.loads((RECORDINGS / name / "meta.json").read_text())
-    return tuple(int(i) for i in meta.get("scrape_intervals_s") or [meta.get("scrape_interval_s", 5)])
-
-
 def recorded(name: str, step: float = 15.0, scrape: float = 0.0, **expect) -> Scenario:
     """A recording of the real CPU vLLM through a real Prometheus (tests/fixtures/recordings/NAME:
     ``prometheus.om.gz`` and ``meta.json``), evaluated every ``step`` seconds.

@@ -19,7 +19,7 @@ from the same states at the sidecar's poll interval (``sidecar_sim``); its self-
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
@@ -195,6 +195,3 @@ def pod_name(deployment: str, revision: int, index: int) -> str:
     REPLICA_INDEX[name] = index
     return name
 
-
-def with_changes(base: Callable[[int], PodState], **changes) -> Callable[[int], PodState]:
-    return lambda i: replace(base(i), **changes)

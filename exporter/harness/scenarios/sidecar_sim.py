@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -34,7 +34,6 @@ from ...runtime.config import Config, build
 from ...runtime.inputs import Reader, Snapshot
 from ...runtime.rolling import Windows
 from ...runtime.signals import Baseline, derive_view, mean_utilization, tracker_for
-from .shapes import PodState
 
 POLL_INTERVAL = 2.0
 HISTORY_DERIVE = 15.0  # s: before ``full_from``, derive at most this often (see the docstring)
@@ -302,11 +301,3 @@ class SidecarSim:
                 last.append((row, p.value))
         return out
 
-
-def states_columns(states: Sequence[Optional[PodState]]) -> Dict[str, np.ndarray]:
-    base = PodState()
-    return {f: np.array([getattr(s or base, f) for s in states], dtype=float) for f in PodState.__dataclass_fields__}
-
-
-def keys_of(out) -> List[str]:
-    return sorted({k[0] for k in out})

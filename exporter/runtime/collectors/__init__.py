@@ -17,7 +17,7 @@ from prometheus_client.core import Metric
 from ..state import Published
 from . import gpu, health, vllm
 from .base import PREFIX  # noqa: F401 - this package's interface
-from .gpu import _GPU_COUNTERS, _GPU_GAUGES  # noqa: F401 - the README test lists them
+from .gpu import GPU_COUNTERS, GPU_GAUGES  # noqa: F401 - this package's interface (the console, the recorder, the README test)
 from .vllm import DERIVED, POD_DERIVED, RESOLUTION, Point, signal_points  # noqa: F401 - this package's interface
 
 

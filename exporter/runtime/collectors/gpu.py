@@ -13,7 +13,7 @@ from ..gpu import THROTTLE_REASONS, GpuState
 from .base import counter as _counter
 from .base import gauge as _gauge
 
-_GPU_GAUGES = (
+GPU_GAUGES = (
     ("utilization", "gpu_utilization_ratio",
      "Share of the last sample period a kernel ran on the GPU (NVML utilization.gpu), 0-1."),
     ("memory_used_bytes", "gpu_memory_used_bytes", "GPU memory in use."),
@@ -25,7 +25,7 @@ _GPU_GAUGES = (
     ("sm_activity", "gpu_sm_activity_ratio", "Share of SMs busy (NVML GPM, Hopper and newer), 0-1."),
     ("sm_occupancy", "gpu_sm_occupancy_ratio", "Active warps over the theoretical maximum (NVML GPM), 0-1."),
 )
-_GPU_COUNTERS = (
+GPU_COUNTERS = (
     ("energy_joules_total", "gpu_energy_joules", "Energy used by the GPU since the driver loaded."),
 )
 
@@ -37,7 +37,7 @@ def families(state: GpuState) -> List[Metric]:
     for g in state.gpus:
         info.add_metric([str(g.index), g.uuid, g.name, state.driver_version], 1)
     out.append(info)
-    for make, table in ((_gauge, _GPU_GAUGES), (_counter, _GPU_COUNTERS)):
+    for make, table in ((_gauge, GPU_GAUGES), (_counter, GPU_COUNTERS)):
         for attr, name, doc in table:
             fam = make(name, doc, labels)
             for g in state.gpus:

@@ -26,7 +26,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..config import Config
 from ..inputs import Snapshot
-from ..rolling import View, Windows
+from ..rolling import Window, Windows
 from .anomaly import (
     Baseline,
     busy_low,
@@ -84,7 +84,7 @@ def tracker_for(cfg: Config) -> CapacityTracker:
     return CapacityTracker(cfg.window, cfg.kv_warn_threshold, cfg.batch_room, cfg.max_num_seqs)
 
 
-def derive_view(view: View, cfg: Config, util: Optional[float] = None,
+def derive_view(view: Window, cfg: Config, util: Optional[float] = None,
                 baseline: Optional[Baseline] = None, tracker: Optional[CapacityTracker] = None) -> Signals:
     """Every derived signal for every model on the latest page of ``view``.
 
@@ -109,7 +109,7 @@ def derive_view(view: View, cfg: Config, util: Optional[float] = None,
                    role_conflicts=role_conflicts(view, role))
 
 
-def _model(view: View, cfg: Config, model: str, kv: KvQueue, level: Optional[int], util: Optional[float],
+def _model(view: Window, cfg: Config, model: str, kv: KvQueue, level: Optional[int], util: Optional[float],
            baseline: Optional[Baseline], role: str) -> ModelSignals:
     """One model's signals over a window of two reads or more."""
     tp = throughput(view, model)

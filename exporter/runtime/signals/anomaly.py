@@ -2,7 +2,7 @@
 this pod normally makes while busy (``Baseline``, learned by the poll loop from healthy samples
 only).
 
-A stalled engine (``windows.View.stalled``): for the stall time, either requests running and not
+A stalled engine (``rolling.Window.stalled``): for the stall time, either requests running and not
 one token produced, or a wedged engine: requests waiting, none running, no engine iteration
 (``vllm:iteration_tokens_total``'s count unchanged, where vLLM serves it) and no token. vLLM's own
 ``/health`` answers 200 on a hung engine (vLLM issues 39863 and 36451), so only the counters tell.
@@ -103,7 +103,7 @@ def engine_stalled(snaps: Sequence[Snapshot], now: float, stall_seconds: float, 
     docstring).
 
     None when the history does not yet cover the stall time or the inputs are missing. (The poll
-    loop asks its own ``windows.View.stalled``, which keeps this answer up to date per poll.)
+    loop asks its own ``rolling.Window.stalled``, which keeps this answer up to date per poll.)
     """
     if not snaps:
         return None

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from ..rolling import View
+from ..rolling import Window
 from .results import Caches
 
 
-def counter_ratio(view: View, model: str, num: str, den: str, legacy_gauge: str) -> Optional[float]:
+def counter_ratio(view: Window, model: str, num: str, den: str, legacy_gauge: str) -> Optional[float]:
     """Increase of ``num`` over increase of ``den`` in the window; on releases that only had a
     lifetime ratio gauge, that gauge; None when neither is there or nothing was counted."""
     latest = view.latest
@@ -26,7 +26,7 @@ def counter_ratio(view: View, model: str, num: str, den: str, legacy_gauge: str)
     return None
 
 
-def spec_decode_lengths(view: View, model: str) -> "tuple[Optional[float], Optional[Dict[str, float]]]":
+def spec_decode_lengths(view: Window, model: str) -> "tuple[Optional[float], Optional[Dict[str, float]]]":
     """(mean accepted length, acceptance by position) over the window."""
     latest = view.latest
     if not latest.present("spec_drafts"):
@@ -43,7 +43,7 @@ def spec_decode_lengths(view: View, model: str) -> "tuple[Optional[float], Optio
     return mean, by_pos
 
 
-def caches(view: View, model: str) -> Caches:
+def caches(view: Window, model: str) -> Caches:
     mean, by_pos = spec_decode_lengths(view, model)
     return Caches(
         spec_decode_mean_accepted_length=mean,

@@ -34,7 +34,7 @@ from collections import deque
 from typing import Deque, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from ..inputs import Snapshot
-from ..rolling import View, linear_slope
+from ..rolling import Window, linear_slope
 from .results import KvQueue
 
 MIN_SLOPE_PER_SECOND = 1e-4
@@ -224,7 +224,7 @@ def _first_read_level(latest: Snapshot, model: str, usage: Optional[float], wait
     return 1 if usage >= warn else 0
 
 
-def kv_and_queue(view: View, model: str, warn: float, batch_room: float = 0.9,
+def kv_and_queue(view: Window, model: str, warn: float, batch_room: float,
                  tracker: Optional[CapacityTracker] = None, max_num_seqs: float = 0.0) -> KvQueue:
     latest = view.latest
     usage, running = _gauges(latest, model)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from ..rolling import View, model_hist
+from ..rolling import Window, model_hist
 from .latency import distribution
 from .results import KvTransfer
 
@@ -40,7 +40,7 @@ EXTERNAL_SOURCE = "external_kv_transfer"
 CONNECTOR_INPUTS = ("kv_fetch_by_stage", "kv_xfer_time", "kv_failed_transfers", "kv_expired")
 
 
-def _rate(view: View, key: str, model: str) -> Optional[float]:
+def _rate(view: Window, key: str, model: str) -> Optional[float]:
     if not view.latest.present(key):
         return None
     inc = view.increase(key, model)
@@ -54,7 +54,7 @@ def _ratio(num: Optional[float], den: Optional[float]) -> Optional[float]:
     return num / den if num is not None and den else None
 
 
-def _by_stage(view: View, model: str) -> Optional[Dict[str, float]]:
+def _by_stage(view: Window, model: str) -> Optional[Dict[str, float]]:
     latest = view.latest
     if not latest.present("kv_fetch_by_stage"):
         return None
@@ -64,7 +64,7 @@ def _by_stage(view: View, model: str) -> Optional[Dict[str, float]]:
     return out or None
 
 
-def transferred_ratio(view: View, model: str) -> Optional[float]:
+def transferred_ratio(view: Window, model: str) -> Optional[float]:
     """Prompt tokens that came by KV transfer over prompt tokens from every source, in the window."""
     if not view.latest.present("prompt_tokens_by_source"):
         return None
@@ -72,7 +72,7 @@ def transferred_ratio(view: View, model: str) -> Optional[float]:
     return _ratio(by.get(EXTERNAL_SOURCE, 0.0), sum(by.values()))
 
 
-def kv_transfer(view: View, model: str) -> KvTransfer:
+def kv_transfer(view: Window, model: str) -> KvTransfer:
     latest = view.latest
     xfer = view.hist("kv_xfer_time", model) if latest.present("kv_xfer_time") else None
     span = view.span
@@ -105,7 +105,7 @@ def kv_transfer(view: View, model: str) -> KvTransfer:
     )
 
 
-def role_conflicts(view: View, role: str) -> Tuple[str, ...]:
+def role_conflicts(view: Window, role: str) -> Tuple[str, ...]:
     """Why the page contradicts ``role`` (see the module docstring); () when it does not. Needs a
     window (two reads) for ``receives_kv``; ``no_kv_consumer`` is known from one page."""
     latest = view.latest

@@ -18,8 +18,9 @@ from __future__ import annotations
 import math
 from typing import List, Optional, Tuple
 
+from ..buckets import count_at_or_below, histogram_quantile, prepare_buckets
 from ..inputs import Hist
-from ..rolling import View, count_at_or_below, histogram_quantile, model_hist, prepare_buckets
+from ..rolling import Window, model_hist
 from .results import QUANTILES, Distribution, Latency, Prompts
 
 
@@ -75,7 +76,7 @@ def cap(d: Optional[Distribution], *uppers: Optional[Distribution]) -> Optional[
     return Distribution(tuple(out), count=d.count, sum=d.sum, bounded=d.bounded)
 
 
-def latency(view: View, model: str, ttft_objective: float, itl_objective: float) -> Latency:
+def latency(view: Window, model: str, ttft_objective: float, itl_objective: float) -> Latency:
     latest = view.latest
 
     def dist(key: str) -> Optional[Distribution]:
@@ -100,7 +101,7 @@ def latency(view: View, model: str, ttft_objective: float, itl_objective: float)
                    itl_slo_attainment=itl_attainment)
 
 
-def prompts(view: View, model: str, long_tokens: float) -> Prompts:
+def prompts(view: Window, model: str, long_tokens: float) -> Prompts:
     plen = view.hist("prompt_length", model)
     span = view.span
     long_rate = long_ratio = None

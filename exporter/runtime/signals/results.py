@@ -147,10 +147,6 @@ class Lora:
     waiting: Optional[int] = None
     distinguished: bool = False
 
-    def adapter(self, name: str) -> Optional[LoraAdapter]:
-        return next((a for a in self.adapters if a.name == name), None)
-
-
 @dataclass(frozen=True)
 class ModelSignals:
     model: str

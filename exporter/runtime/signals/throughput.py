@@ -1,15 +1,15 @@
 """Throughput: tokens, finished requests, errors, preemptions and rejections per second over the
-window, all engines summed, counter resets handled (increases from ``windows.View``)."""
+window, all engines summed, counter resets handled (increases from ``rolling.Window``)."""
 
 from __future__ import annotations
 
 from typing import Dict, Optional
 
-from ..rolling import View
+from ..rolling import Window
 from .results import Throughput
 
 
-def _rate(view: View, key: str, model: str) -> Optional[float]:
+def _rate(view: Window, key: str, model: str) -> Optional[float]:
     inc = view.increase(key, model)
     span = view.span_of(key, model)
     if inc is None or span <= 0:
@@ -17,7 +17,7 @@ def _rate(view: View, key: str, model: str) -> Optional[float]:
     return inc / span
 
 
-def throughput(view: View, model: str) -> Throughput:
+def throughput(view: Window, model: str) -> Throughput:
     latest, span = view.latest, view.span
     finished: Dict[str, float] = {}
     error_ratio = None
