@@ -14,7 +14,8 @@ from exporter.errors import ConfigError
 from exporter.harness import pagetransform as pt
 from exporter.runtime import config
 from exporter.runtime.signals import derive
-from exporter.view.console import View, published_from_exposition
+from exporter.runtime.collectors.readback import published_from_exposition
+from exporter.view.console import Screen
 from helpers import cfg, names, sample_value, scraped, sidecar_with, snap, value
 
 PAGES = FIXTURES / "vllm-0.33"
@@ -166,7 +167,7 @@ def test_a_sleeping_engine_with_requests_waiting_is_not_stalled_and_not_busy_low
     m = pub.signals.model(M)
     assert m.sleep_level == 1 and m.stalled is False
     assert m.busy_low is not None and m.busy_low.flagged is False
-    screen = View(None, False).render(published_from_exposition(_page(pub), pub.t))
+    screen = Screen(None, False).render(published_from_exposition(_page(pub), pub.t))
     assert "SLEEPING (level 1: weights offloaded" in screen
     assert "GPU busy + tokens low: — (sleeping)" in screen
 
@@ -358,9 +359,9 @@ def test_like_every_derived_series_the_role_is_left_out_while_vllm_cannot_be_rea
 def test_top_shows_the_role_its_conflict_kv_transfer_and_speculation():
     from exporter.runtime.state import Published
 
-    screen = View(None, False).render(Published(t=T0, up=(("vllm", True),), signals=over("kv_consumer", role="prefill")))
+    screen = Screen(None, False).render(Published(t=T0, up=(("vllm", True),), signals=over("kv_consumer", role="prefill")))
     assert "role prefill (the page contradicts it: receives_kv)" in screen
     assert "KV transfer failed 3%" in screen and "prompt tokens by transfer 88%" in screen
-    spec = View(None, False).render(Published(t=T0, up=(("vllm", True),), signals=over("spec_eagle3")))
+    spec = Screen(None, False).render(Published(t=T0, up=(("vllm", True),), signals=over("spec_eagle3")))
     assert "speculative acceptance 51%   mean accepted length 2.53" in spec
     assert "role" not in spec.split("\n")[0]  # role both: as before roles, not shown
