@@ -487,6 +487,7 @@ SCHEMA: Dict[str, Check] = {
     "disaggregation.min_failures_per_second": _number(0),
     "disaggregation.recompute_share": _number(0, 1, open_lo=True),
     "disaggregation.transfer_ttft_share": _number(0, 1, open_lo=True),
+    "disaggregation.expired_share": _number(0, 1, open_lo=True),
     "disaggregation.expired_per_second": _number(0),
     "disaggregation.saturated_waiting": _number(0, open_lo=True),
     "disaggregation.room_waiting": _number(0, open_lo=True),

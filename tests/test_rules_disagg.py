@@ -9,8 +9,18 @@ series (``vllm_sidecar_role_info{role}`` per pod, the derived ones per ``model_n
 
 import pytest
 
-from promseries import (counter, expect, fmt_series, gauge, rules_by_alert, run_promtool, series, sidecar_labels, values,
-                        vllm_labels)
+from promseries import (
+    counter,
+    expect,
+    fmt_series,
+    gauge,
+    rules_by_alert,
+    run_promtool,
+    series,
+    sidecar_labels,
+    values,
+    vllm_labels,
+)
 
 pytestmark = pytest.mark.prometheus
 
@@ -36,6 +46,10 @@ def quiet(minute, alert):
 
 def W(pod):
     return {"namespace": NS, "pod": pod, "model_name": MODEL}
+
+
+def fail(alert, pod, signal, value):
+    return expect_signal(alert, {**W(pod), "signal": signal}, value)
 
 
 def expect_signal(alert, labels, value):
@@ -79,7 +93,7 @@ def xfer_histogram(pod, seconds, per_min=60, minutes=N):
     for b in XFER_BOUNDS:
         ub = float("inf") if b == "+Inf" else float(b)
         out.append({"series": fmt_series("vllm:nixl_xfer_time_seconds_bucket", {**v, "le": b}),
-                    "values": values(counter(lambda m: per_min if seconds <= ub else 0, minutes))})
+                    "values": values(counter(lambda m, ub=ub: per_min if seconds <= ub else 0, minutes))})
     out.append(series("vllm:nixl_xfer_time_seconds_count", v, counter(lambda m: per_min, minutes)))
     out.append(series("vllm:nixl_xfer_time_seconds_sum", v, counter(lambda m: per_min * seconds, minutes)))
     return out
@@ -132,24 +146,24 @@ CASES["VLLMKVTransferFailing"] = [
     # a decode instance's transfers fail from minute 10 (half of them): pages within 5 minutes
     case(role("vllm-d0", "decode") + alive("vllm-d0") + nixl("vllm-d0", lambda m: 60, lambda m: 60 if m > 10 else 0),
          [quiet(10, "VLLMKVTransferFailing"),
-          at(15, "VLLMKVTransferFailing", expect_signal("VLLMKVTransferFailing", {**W("vllm-d0"), "signal": "failed"}, pct(0.5)))]),
+          at(15, "VLLMKVTransferFailing", fail("VLLMKVTransferFailing", "vllm-d0", "failed", pct(0.5)))]),
     # ... a pod without a sidecar (role both) whose transfers fail: explicit failures count for any role
     case(alive("vllm-0") + nixl("vllm-0", lambda m: 60, lambda m: 60 if m > 10 else 0),
-         [at(15, "VLLMKVTransferFailing", expect_signal("VLLMKVTransferFailing", {**W("vllm-0"), "signal": "failed"}, pct(0.5)))]),
+         [at(15, "VLLMKVTransferFailing", fail("VLLMKVTransferFailing", "vllm-0", "failed", pct(0.5)))]),
     # ... the sidecar's ratio where it serves one
     case(role("vllm-d0", "decode") + alive("vllm-d0")
          + [series("vllm_sidecar_kv_transfer_failure_ratio", sidecar_labels(pod="vllm-d0", model_name=MODEL),
                    gauge(lambda m: 0.4 if m >= 10 else 0, N)),
-            series("vllm_sidecar_kv_transfer_failures_per_second", sidecar_labels(pod="vllm-d0", model_name=MODEL, kind="transfer"),
-                   gauge(lambda m: 0.5 if m >= 10 else 0, N))],
+            series("vllm_sidecar_kv_transfer_failures_per_second",
+                   sidecar_labels(pod="vllm-d0", model_name=MODEL, kind="transfer"), gauge(lambda m: 0.5 if m >= 10 else 0, N))],
          [quiet(9, "VLLMKVTransferFailing"),
-          at(12, "VLLMKVTransferFailing", expect_signal("VLLMKVTransferFailing", {**W("vllm-d0"), "signal": "failed"}, pct(0.4)))]),
+          at(12, "VLLMKVTransferFailing", fail("VLLMKVTransferFailing", "vllm-d0", "failed", pct(0.4)))]),
     # silent failure: from minute 10 the decode instance's prompts stop arriving by transfer and it
     # computes them itself (no failure counted anywhere)
     case(role("vllm-d0", "decode") + alive("vllm-d0") + nixl("vllm-d0", lambda m: 60 if m <= 10 else 0)
          + by_source("vllm-d0", lambda m: 60 if m <= 10 else 6060, lambda m: 6000 if m <= 10 else 0, 24000),
          [quiet(10, "VLLMKVTransferFailing"),
-          at(15, "VLLMKVTransferFailing", expect_signal("VLLMKVTransferFailing", {**W("vllm-d0"), "signal": "recomputed"}, pct(1)))]),
+          at(15, "VLLMKVTransferFailing", fail("VLLMKVTransferFailing", "vllm-d0", "recomputed", pct(1)))]),
     # one failure among a few transfers is no page
     case(role("vllm-d0", "decode") + alive("vllm-d0") + nixl("vllm-d0", lambda m: 1, lambda m: 1 if m == 12 else 0),
          [quiet(m, "VLLMKVTransferFailing") for m in (13, 15, 20)]),
@@ -166,7 +180,8 @@ CASES["VLLMKVTransferSlow"] = [
     case(role("vllm-d0", "decode") + alive("vllm-d0")
          + [series("vllm_sidecar_kv_transfer_seconds", sidecar_labels(pod="vllm-d0", model_name=MODEL, quantile="0.95"),
                    gauge(lambda m: 2, N)),
-            series("vllm_sidecar_kv_transfers_per_second", sidecar_labels(pod="vllm-d0", model_name=MODEL), gauge(lambda m: 1, N))],
+            series("vllm_sidecar_kv_transfers_per_second", sidecar_labels(pod="vllm-d0", model_name=MODEL),
+                   gauge(lambda m: 1, N))],
          [at(20, "VLLMKVTransferSlow", expect("VLLMKVTransferSlow", {**W("vllm-d0"), "quantile": "0.95"}, "2s"))]),
 ] + quiet_cases("VLLMKVTransferSlow", extra=[
     role("vllm-d0", "decode") + alive("vllm-d0") + xfer_histogram("vllm-d0", 0.04),  # 40 ms transfers
@@ -174,17 +189,25 @@ CASES["VLLMKVTransferSlow"] = [
 ])
 
 
-def expired(pod, per_min, minutes=N):
-    return [series("vllm:nixl_num_kv_expired_reqs_total", vllm_labels(pod=pod), counter(per_min, minutes))]
+def expired(pod, per_min, finished_per_min=480, minutes=N):
+    """A prefill instance's expired KV leases per minute, and the requests it finishes (each at its
+    prefill, finished_reason "length")."""
+    v = vllm_labels(pod=pod)
+    return [series("vllm:nixl_num_kv_expired_reqs_total", v, counter(per_min, minutes)),
+            series("vllm:request_success_total", {**v, "finished_reason": "length"},
+                   counter(lambda m: finished_per_min, minutes))]
 
 
 CASES["VLLMKVLeasesExpiring"] = [
-    # the prefill instance sees 6 leases a minute expire (0.1/s) throughout
-    case(busy_prefill() + expired("vllm-p0", lambda m: 6),
-         [at(20, "VLLMKVLeasesExpiring", expect("VLLMKVLeasesExpiring", W("vllm-p0"), "100m"))]),
+    # the decode side reads late: a quarter of the prefill instance's leases expire
+    case(busy_prefill() + expired("vllm-p0", lambda m: 120),
+         [at(20, "VLLMKVLeasesExpiring", expect("VLLMKVLeasesExpiring", W("vllm-p0"), pct(0.25)))]),
+    # a few % expire on a healthy prefill instance (clients gone before decode read): quiet
+    case(busy_prefill() + expired("vllm-p0", lambda m: 18), [quiet(m, "VLLMKVLeasesExpiring") for m in (12, 20, 35)]),
     # one expiry is not sustained
-    case(busy_prefill() + expired("vllm-p0", lambda m: 1 if m == 10 else 0), [quiet(m, "VLLMKVLeasesExpiring") for m in (12, 20)]),
-] + quiet_cases("VLLMKVLeasesExpiring", extra=[sleeping("vllm-p0") + expired("vllm-p0", lambda m: 6)])
+    case(busy_prefill() + expired("vllm-p0", lambda m: 1 if m == 10 else 0, finished_per_min=2),
+         [quiet(m, "VLLMKVLeasesExpiring") for m in (12, 20)]),
+] + quiet_cases("VLLMKVLeasesExpiring", extra=[sleeping("vllm-p0") + expired("vllm-p0", lambda m: 120)])
 
 
 def side_fleet(prefill_waiting, decode_waiting, decode_kv=0.3, roles=("prefill", "decode", "decode")):

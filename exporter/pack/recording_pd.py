@@ -30,7 +30,7 @@ class Recording(NamedTuple):
     expr: str
     labels: Dict[str, str] = {}
 
-AWAKE, OFFLOADED, DISCARDED = (f'sleep_state="{x}"' for x in ("awake", "weights_offloaded", "discard_all"))
+AWAKE, DISCARDED = (f'sleep_state="{x}"' for x in ("awake", "discard_all"))
 CAPACITY_WAIT = 'reason="capacity"'
 TRANSFER_FAMILIES = ("nixl", "mooncake")  # vLLM's KV connectors whose stats share one shape
 SIDES = ("prefill", "decode")
@@ -49,6 +49,7 @@ def names(c: Ctx) -> Dict[str, str]:
         "xfer_p95": c.rec("vllm_kv_transfer_seconds", "histogram_quantile"),
         "bytes": c.rec("vllm_kv_transfer_bytes", "rate"),
         "expired": c.rec("vllm_kv_expired_requests", "rate"),
+        "expired_share": c.rec("vllm_kv_expired_requests", "ratio_rate"),
         "after_expiry": c.rec("vllm_kv_notifications_after_expiry", "rate"),
         "fetch_waiting": c.rec("vllm_requests_waiting_kv_fetch", "sum"),
         "transferred": c.rec("vllm_prompt_tokens_transferred", "ratio_rate"),
@@ -84,9 +85,9 @@ def roles(c: Ctx) -> List[Recording]:
     replicas = f"group by ({by}) (last_over_time(vllm:num_requests_running{s()}[{W}]))"
     given = (f"max by ({r}, role) (vllm_sidecar_role_info{s()})\nor on ({r})\n"
              f"max by ({r}, role) (last_over_time(vllm_sidecar_role_info{s()}[{W}]))")
-    level = (f"max by ({by}) (vllm:engine_sleep_state{s(OFFLOADED)})\n"
-             f"+ 2 * max by ({by}) (vllm:engine_sleep_state{s(DISCARDED)})")
-    raw_sleep = f"(\n{indent(level)}\n) > 0\nor on ({by})\n1 - min by ({by}) (vllm:engine_sleep_state{s(AWAKE)})"
+    # asleep (1 - awake) plus one more where all was discarded: level 1 or 2, as the sidecar says
+    raw_sleep = (f"1 - min by ({by}) (vllm:engine_sleep_state{s(AWAKE)})\n"
+                 f"+ on ({by})\nmax by ({by}) (vllm:engine_sleep_state{s(DISCARDED)})")
     return [
         # 1 per replica and model, with the role its sidecar was given; "both" without one
         Recording(n["role"],
@@ -130,6 +131,10 @@ def kv_transfer(c: Ctx) -> List[Recording]:
                                           _raw_rate(c, "bytes_transferred_sum"))),
         Recording(n["expired"], _sidecar_or(c, "vllm_sidecar_kv_expired_requests_per_second",
                                             _raw_rate(c, "num_kv_expired_reqs_total"))),
+        # per finished request: a prefill instance finishes each request at its prefill, and some
+        # leases always expire (clients gone before decode read them)
+        Recording(n["expired_share"],
+                  f"{n['expired']}\n/ on ({by})\n({c.rate('vllm:request_success_total')} > 0)"),
         Recording(n["after_expiry"], _sidecar_or(c, "vllm_sidecar_kv_notifications_after_expiry_per_second",
                                                  c.rate("vllm:nixl_num_notifications_after_expiry_total"))),
         Recording(n["fetch_waiting"],
@@ -149,7 +154,7 @@ def pd_balance(c: Ctx) -> List[Recording]:
     ``windows.baseline`` ending ``windows.baseline_offset`` ago), the requests waiting for capacity
     and the KV-cache usage; then whether the side is saturated (requests waiting) or has room
     (none waiting, the cache below ``kv_cache.warn``, the load below ``disaggregation.room_load``)."""
-    by, svc, s, W = c.by, c.svc, c.s, c.W
+    by, svc, s = c.by, c.svc, c.s
     n = names(c)
     d, cap, kv = c.slo["disaggregation"], c.slo["capacity"], c.slo["kv_cache"]
     role = n["role"]

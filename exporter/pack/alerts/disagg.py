@@ -52,13 +52,13 @@ def alerts(c: Ctx) -> List[Alert]:
               f"of the {c.slo['objectives']['ttft_p95_seconds']:g}s TTFT p95 objective; normally a small part of "
               f"it). A decode instance's TTFT includes its KV fetch: the transfer eats the first-token budget."),
         Alert("VLLMKVLeasesExpiring",
-              f"(\n  {n['expired']} > {d['expired_per_second']:g}\n  or on ({by})\n"
-              f"  {n['after_expiry']} > {d['expired_per_second']:g}\n)\n{awake}",
+              f"{n['expired_share']} > {d['expired_share']:g}\n"
+              f"and on ({by}) {n['expired']} >= {d['expired_per_second']:g}\n{awake}",
               "warning",
               f"KV leases expiring on {who} ({c.model})",
-              f"{{{{ $value | humanize }}}} KV leases a second expire (or are notified after expiry), normally 0, "
-              f"alert above {d['expired_per_second']:g}: the decode side reads the prefill side's KV too late and "
-              f"the request is computed again."),
+              f"The KV of {{{{ $value | humanizePercentage }}}} of this replica's requests expired before the decode "
+              f"side read it (normally a few %: clients gone; warns above {d['expired_share']:.0%}). Decode reads "
+              f"the prefill side's KV too late: those prefills are wasted and the requests computed again."),
         Alert("VLLMDisaggregationImbalance",
               f"{side('prefill', 'decode')}\nor\n{side('decode', 'prefill')}",
               "warning",
