@@ -239,8 +239,9 @@ CASES["VLLMDisaggregationImbalance"] = [
     case(side_fleet(lambda m: 8, lambda m: 6, decode_kv=0.97), [quiet(20, "VLLMDisaggregationImbalance")]),
     # a fleet of role both (no sidecar says otherwise) with a queue: no sides to compare
     case(side_fleet(lambda m: 8, lambda m: 0, roles=("both", "both", "both")), [quiet(20, "VLLMDisaggregationImbalance")]),
-    # the busy prefill instance is busy, nobody waits: balanced
-    case(side_fleet(lambda m: 0, lambda m: 0), [quiet(20, "VLLMDisaggregationImbalance")]),
+    # the busy prefill instance has two requests waiting for its next step at every scrape (as
+    # vLLM 0.33's prefill page shows), decode keeps up: balanced
+    case(side_fleet(lambda m: 2, lambda m: 0), [quiet(m, "VLLMDisaggregationImbalance") for m in (10, 20, 35)]),
     # a decode instance asleep with requests queued at it is not a saturated side
     case(side_fleet(lambda m: 0, lambda m: 6, decode_kv=0.97, roles=("prefill", "decode"))
          + [series("vllm:engine_sleep_state", {**vllm_labels(pod="vllm-d1"), "sleep_state": "awake"}, gauge(lambda m: 0, N))],

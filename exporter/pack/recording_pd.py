@@ -152,7 +152,8 @@ def pd_balance(c: Ctx) -> List[Recording]:
     tokens per second (prefill: prompt tokens, decode: output tokens) against what one instance
     carries at most (``capacity.<side>_tokens_per_second`` when planned, else the side's best over
     ``windows.baseline`` ending ``windows.baseline_offset`` ago), the requests waiting for capacity
-    and the KV-cache usage; then whether the side is saturated (requests waiting) or has room
+    (averaged over the rate window) and the KV-cache usage; then whether the side is saturated
+    (requests waiting) or has room
     (none waiting, the cache below ``kv_cache.warn``, the load below ``disaggregation.room_load``)."""
     by, svc, s = c.by, c.svc, c.s
     n = names(c)
@@ -160,8 +161,10 @@ def pd_balance(c: Ctx) -> List[Recording]:
     role = n["role"]
     prompt = _sidecar_or(c, "vllm_sidecar_prompt_tokens_per_second", c.rate("vllm:prompt_tokens_total"))
     output = _sidecar_or(c, "vllm_sidecar_generation_tokens_per_second", c.rate("vllm:generation_tokens_total"))
-    waiting = (f"sum by ({by}) (vllm:num_requests_waiting_by_reason{s(CAPACITY_WAIT)})\n"
-               f"or on ({by})\nsum by ({by}) (vllm:num_requests_waiting{s()})")
+    # averaged over the rate window: a busy prefill instance always has a request or two waiting
+    # for its next step, a saturated one a queue that stays
+    waiting = (f"sum by ({by}) (avg_over_time(vllm:num_requests_waiting_by_reason{s(CAPACITY_WAIT)}[{c.W}]))\n"
+               f"or on ({by})\nsum by ({by}) (avg_over_time(vllm:num_requests_waiting{s()}[{c.W}]))")
     usage = _sidecar_or(c, "vllm_sidecar_kv_cache_usage_ratio",
                         f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor on ({by})\n"
                         f"max by ({by}) (vllm:gpu_cache_usage_perc{s()})")
