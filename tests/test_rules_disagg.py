@@ -210,7 +210,7 @@ CASES["VLLMKVLeasesExpiring"] = [
 ] + quiet_cases("VLLMKVLeasesExpiring", extra=[sleeping("vllm-p0") + expired("vllm-p0", lambda m: 120)])
 
 
-def side_fleet(prefill_waiting, decode_waiting, decode_kv=0.3, roles=("prefill", "decode", "decode")):
+def side_fleet(prefill_waiting, decode_waiting, decode_kv=0.3, roles=("prefill", "decode", "decode"), minutes=N):
     """One model on one prefill and two decode instances (``roles``), with requests waiting for
     capacity per instance of each side."""
     out = []
@@ -218,11 +218,12 @@ def side_fleet(prefill_waiting, decode_waiting, decode_kv=0.3, roles=("prefill",
         pod = f"vllm-{r[0]}{i}"
         v = vllm_labels(pod=pod)
         waiting = prefill_waiting if r == "prefill" else decode_waiting
-        out += role(pod, r) + alive(pod) + [
-            series("vllm:num_requests_waiting_by_reason", {**v, "reason": "capacity"}, gauge(lambda m, w=waiting: w(m), N)),
-            series("vllm:kv_cache_usage_perc", v, gauge(lambda m, r=r: decode_kv if r == "decode" else 0.2, N)),
-            series("vllm:prompt_tokens_total", v, counter(lambda m, r=r: 60000 if r == "prefill" else 0, N)),
-            series("vllm:generation_tokens_total", v, counter(lambda m, r=r: 6000 if r == "decode" else 60, N))]
+        out += role(pod, r, minutes) + alive(pod, minutes=minutes) + [
+            series("vllm:num_requests_waiting_by_reason", {**v, "reason": "capacity"},
+                   gauge(lambda m, w=waiting: w(m), minutes)),
+            series("vllm:kv_cache_usage_perc", v, gauge(lambda m, r=r: decode_kv if r == "decode" else 0.2, minutes)),
+            series("vllm:prompt_tokens_total", v, counter(lambda m, r=r: 60000 if r == "prefill" else 0, minutes)),
+            series("vllm:generation_tokens_total", v, counter(lambda m, r=r: 6000 if r == "decode" else 60, minutes))]
     return out
 
 
@@ -235,6 +236,11 @@ CASES["VLLMDisaggregationImbalance"] = [
     # the decode side saturated (cache full, 6 waiting each), prefill keeps up
     case(side_fleet(lambda m: 0, lambda m: 6, decode_kv=0.97),
          [at(20, "VLLMDisaggregationImbalance", expect("VLLMDisaggregationImbalance", {**MS, "scale_side": "decode"}, "6"))]),
+    # the decode side ran saturated for 20 minutes at 6,000 output tokens a minute per instance (what
+    # one carries, learned); later the prefill side queues while decode runs at that same rate with
+    # no queue: decode has no room either, quiet (with no such history it names prefill, above)
+    case(side_fleet(lambda m: 8 if m >= 25 else 0, lambda m: 6 if m < 20 else 0, minutes=70),
+         [quiet(m, "VLLMDisaggregationImbalance") for m in (45, 55, 65)]),
     # both sides saturated: scaling one side does not help, not this alert's business
     case(side_fleet(lambda m: 8, lambda m: 6, decode_kv=0.97), [quiet(20, "VLLMDisaggregationImbalance")]),
     # a fleet of role both (no sidecar says otherwise) with a queue: no sides to compare

@@ -55,6 +55,7 @@ def names(c: Ctx) -> Dict[str, str]:
         "transferred": c.rec("vllm_prompt_tokens_transferred", "ratio_rate"),
         "recomputed": c.rec("vllm_prompt_tokens_recomputed", "ratio_rate"),
         "side_tokens": c.mrec("vllm_side_tokens_per_instance", "rate"),
+        "side_at_saturation": c.mrec("vllm_side_tokens_per_instance_saturated", "rate"),
         "side_capacity": c.mrec("vllm_side_tokens_per_instance_capacity", "max"),
         "side_load": c.mrec("vllm_side_load", "ratio"),
         "side_waiting": c.mrec("vllm_side_requests_waiting_per_instance", "avg"),
@@ -150,11 +151,12 @@ def kv_transfer(c: Ctx) -> List[Recording]:
 def pd_balance(c: Ctx) -> List[Recording]:
     """Per model and side (role prefill or decode), what one instance of the side carries: its
     tokens per second (prefill: prompt tokens, decode: output tokens) against what one instance
-    carries at most (``capacity.<side>_tokens_per_second`` when planned, else the side's best over
-    ``windows.baseline`` ending ``windows.baseline_offset`` ago), the requests waiting for capacity
-    (averaged over the rate window) and the KV-cache usage; then whether the side is saturated
-    (requests waiting) or has room
-    (none waiting, the cache below ``kv_cache.warn``, the load below ``disaggregation.room_load``)."""
+    carries at most (``capacity.<side>_tokens_per_second`` when planned, else learned: the most one
+    instance carried while its side was saturated, over ``windows.baseline`` ending
+    ``windows.baseline_offset`` ago; unknown until the side has been saturated once), the requests
+    waiting for capacity (averaged over the rate window) and the KV-cache usage; then whether the
+    side is saturated (requests waiting) or has room (none waiting, the cache below
+    ``kv_cache.warn``, the load below ``disaggregation.room_load`` where the capacity is known)."""
     by, svc, s = c.by, c.svc, c.s
     n = names(c)
     d, cap, kv = c.slo["disaggregation"], c.slo["capacity"], c.slo["kv_cache"]
@@ -178,18 +180,21 @@ def pd_balance(c: Ctx) -> List[Recording]:
         sel = f"{{role=\"{side}\"}}"
         if planned:
             return f"{n['side_tokens']}{sel} * 0 + {planned:g}"
-        return f"max_over_time({n['side_tokens']}{sel}[{c.windows['baseline']}] offset {c.windows['baseline_offset']})"
+        return (f"max_over_time({n['side_at_saturation']}{sel}[{c.windows['baseline']}] "
+                f"offset {c.windows['baseline_offset']})")
 
     room = (f"{n['side_load']} < {d['room_load']}\nor on ({svc}, role)\n({n['side_tokens']} * 0 unless on ({svc}, role) "
             f"{n['side_capacity']})")
     return [
         Recording(n["side_tokens"], f"{per_side(prompt, 'prefill')}\nor\n{per_side(output, 'decode')}"),
-        Recording(n["side_capacity"], f"{side_capacity('prefill')}\nor\n{side_capacity('decode')}"),
-        Recording(n["side_load"], f"{n['side_tokens']}\n/ on ({svc}, role)\n({n['side_capacity']} > 0)"),
         Recording(n["side_waiting"], f"{per_side(waiting, 'prefill')}\nor\n{per_side(waiting, 'decode')}"),
         Recording(n["side_kv"], f"{per_side(usage, 'prefill')}\nor\n{per_side(usage, 'decode')}"),
         # the side's requests waiting per instance, where at least disaggregation.saturated_waiting
         Recording(n["side_saturated"], f"{n['side_waiting']} >= {d['saturated_waiting']}"),
+        # what one instance carried while its side was saturated: its capacity, learned
+        Recording(n["side_at_saturation"], f"{n['side_tokens']}\nand on ({svc}, role)\n{n['side_saturated']}"),
+        Recording(n["side_capacity"], f"{side_capacity('prefill')}\nor\n{side_capacity('decode')}"),
+        Recording(n["side_load"], f"{n['side_tokens']}\n/ on ({svc}, role)\n({n['side_capacity']} > 0)"),
         # the side's load (0 where no capacity is known), where it has room for more
         Recording(n["side_room"],
                   f"(\n{indent(room)}\n)\nand on ({svc}, role)\n{n['side_waiting']} < {d['room_waiting']}\n"

@@ -87,11 +87,12 @@ def disagg(b: Builder) -> Dict[str, Any]:
               unit="short", w=8, min=0, thresholds=((d["saturated_waiting"], "red"),), threshold_style="line",
               runbooks=("VLLMDisaggregationImbalance",)),
         Panel("Load per side", "Tokens/s per instance of each side (prefill: prompt tokens, decode: output tokens) "
-              "over what one instance carries (planned, else the side's best of the baseline window); room below "
+              "over what one instance carries (planned, else the most one carried while the side was saturated, over "
+              "the baseline window); room below "
               f"the line ({d['room_load']:g}).",
               [Target(b.model("vllm_side_load", "ratio"), "{{model_name}} {{role}}",
-                      empty_ok=NO_SIDES + "; or no capacity planned (capacity.<side>_tokens_per_second) and less "
-                      "history than windows.baseline_offset to learn it from")],
+                      empty_ok=NO_SIDES + "; or no capacity planned (capacity.<side>_tokens_per_second) and the side "
+                      "not saturated in the baseline window (nothing to learn it from)")],
               unit="percentunit", w=8, min=0, thresholds=((d["room_load"], "orange"),), threshold_style="line",
               runbooks=("VLLMDisaggregationImbalance",)),
         Panel("KV cache usage per side", "KV-cache usage averaged over each side's awake instances; room below "
@@ -103,7 +104,7 @@ def disagg(b: Builder) -> Dict[str, Any]:
               "at most (planned, else learned).",
               [Target(b.model("vllm_side_tokens_per_instance", "rate"), "{{model_name}} {{role}}", empty_ok=NO_SIDES),
                Target(b.model("vllm_side_tokens_per_instance_capacity", "max"), "{{model_name}} {{role}} capacity",
-                      empty_ok="no capacity planned and less history than windows.baseline_offset")],
+                      empty_ok="no capacity planned and the side not saturated in the baseline window")],
               unit="suffix: tok/s", w=24),
         Row("Speculative decoding and sleep"),
         Panel("Draft acceptance", f"Accepted over drafted tokens per replica over {W}, and the model's average over "
