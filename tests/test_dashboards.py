@@ -322,7 +322,8 @@ DEFAULT_NUMBERS = {1.5, 3.0, 30.0, 1 / 30.0, 0.999, 0.001, 0.9, 0.95, 4000.0, 0.
 # Fixed constants of the dashboards that are not SLO values, and where they may appear: the
 # error-budget stat's colour steps, the GPU temperature lines, the median (quantile 0.5) of the peer
 # comparison.
-FIXED = {"Error budget left (30 days)": {0.25, 0.5}, "Temperature": {83.0, 90.0}}
+FIXED = {"Error budget left (30 days)": {0.25, 0.5}, "Temperature": {83.0, 90.0},
+         "Engine sleep": {2.0}}  # vLLM's sleep level 2 (all discarded)
 
 
 def _numbers(text):

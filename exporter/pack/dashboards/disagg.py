@@ -80,8 +80,8 @@ def disagg(b: Builder) -> Dict[str, Any]:
               runbooks=("VLLMKVLeasesExpiring",)),
         Row("Balance: which side to scale"),
         Panel("Requests waiting per instance, per side", "Requests waiting for capacity per instance of each side "
-              f"(awake engines); saturated at the line ({d['saturated_waiting']:g}), room below "
-              f"{d['room_waiting']:g}.",
+              f"(awake engines, averaged over {W}); saturated at the line ({d['saturated_waiting']:g}), room below "
+              f"{d['room_waiting']:g} per instance.",
               [Target(b.model("vllm_side_requests_waiting_per_instance", "avg"), "{{model_name}} {{role}}",
                       empty_ok=NO_SIDES)],
               unit="short", w=8, min=0, thresholds=((d["saturated_waiting"], "red"),), threshold_style="line",
