@@ -291,10 +291,21 @@ CASES["VLLMEngineStalled"] = [
 ]
 
 
+# ... nor down while it says it sleeps, whatever the sidecar's read of vLLM says
+CASES["VLLMTargetDown"] = [
+    case(sleeping() + [series("vllm_sidecar_target_up", sidecar_labels(pod="vllm-d0", target="vllm"),
+                              gauge(lambda m: 0 if m >= 5 else 1, N)),
+                       series("vllm_sidecar_last_success_timestamp_seconds", sidecar_labels(pod="vllm-d0", target="vllm"),
+                              gauge(lambda m: 60 * min(m, 4), N)),
+                       series("up", sidecar_labels(pod="vllm-d0"), gauge(lambda m: 1, N))],
+         [quiet(m, "VLLMTargetDown") for m in (8, 20)]),
+]
+
+
 @pytest.mark.parametrize("alert", sorted(CASES))
 def test_alert_fires_and_stays_quiet(alert, tmp_path):
     tests = CASES[alert]
-    if alert != "VLLMEngineStalled":  # test_rules_promtool.py has its firing cases
+    if alert not in ("VLLMEngineStalled", "VLLMTargetDown"):  # test_rules_promtool.py has their firing cases
         assert any(e["exp_alerts"] for t in tests for e in t["alert_rule_test"]), "needs a firing case"
     assert any(not e["exp_alerts"] for t in tests for e in t["alert_rule_test"]), "needs a quiet case"
     r = run_promtool(tmp_path, tests, alerts=[alert])
