@@ -191,11 +191,10 @@ CASES["VLLMKVTransferSlow"] = [
 
 def expired(pod, per_min, finished_per_min=480, minutes=N):
     """A prefill instance's expired KV leases per minute, and the requests it finishes (each at its
-    prefill, finished_reason "length")."""
+    prefill: the prompt-length histogram's count)."""
     v = vllm_labels(pod=pod)
     return [series("vllm:nixl_num_kv_expired_reqs_total", v, counter(per_min, minutes)),
-            series("vllm:request_success_total", {**v, "finished_reason": "length"},
-                   counter(lambda m: finished_per_min, minutes))]
+            series("vllm:request_prompt_tokens_count", v, counter(lambda m: finished_per_min, minutes))]
 
 
 CASES["VLLMKVLeasesExpiring"] = [

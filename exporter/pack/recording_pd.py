@@ -58,6 +58,7 @@ def names(c: Ctx) -> Dict[str, str]:
         "side_at_saturation": c.mrec("vllm_side_tokens_per_instance_saturated", "rate"),
         "side_capacity": c.mrec("vllm_side_tokens_per_instance_capacity", "max"),
         "side_load": c.mrec("vllm_side_load", "ratio"),
+        "waiting": c.rec("vllm_requests_waiting_capacity_reason", "avg_over_time" + W),
         "side_waiting": c.mrec("vllm_side_requests_waiting_per_instance", "avg"),
         "side_kv": c.mrec("vllm_side_kv_cache_usage", "avg"),
         "side_saturated": c.mrec("vllm_side_saturated", "waiting"),
@@ -132,10 +133,11 @@ def kv_transfer(c: Ctx) -> List[Recording]:
                                           _raw_rate(c, "bytes_transferred_sum"))),
         Recording(n["expired"], _sidecar_or(c, "vllm_sidecar_kv_expired_requests_per_second",
                                             _raw_rate(c, "num_kv_expired_reqs_total"))),
-        # per finished request: a prefill instance finishes each request at its prefill, and some
-        # leases always expire (clients gone before decode read them)
+        # per finished request (the prompt-length histogram's count: one series, every finished
+        # request): a prefill instance finishes each request at its prefill, and some leases always
+        # expire (clients gone before decode read them)
         Recording(n["expired_share"],
-                  f"{n['expired']}\n/ on ({by})\n({c.rate('vllm:request_success_total')} > 0)"),
+                  f"{n['expired']}\n/ on ({by})\n({c.rate('vllm:request_prompt_tokens_count')} > 0)"),
         Recording(n["after_expiry"], _sidecar_or(c, "vllm_sidecar_kv_notifications_after_expiry_per_second",
                                                  c.rate("vllm:nixl_num_notifications_after_expiry_total"))),
         Recording(n["fetch_waiting"],
@@ -165,8 +167,7 @@ def pd_balance(c: Ctx) -> List[Recording]:
     output = _sidecar_or(c, "vllm_sidecar_generation_tokens_per_second", c.rate("vllm:generation_tokens_total"))
     # averaged over the rate window: a busy prefill instance always has a request or two waiting
     # for its next step, a saturated one a queue that stays
-    waiting = (f"sum by ({by}) (avg_over_time(vllm:num_requests_waiting_by_reason{s(CAPACITY_WAIT)}[{c.W}]))\n"
-               f"or on ({by})\nsum by ({by}) (avg_over_time(vllm:num_requests_waiting{s()}[{c.W}]))")
+    waiting = n["waiting"]
     usage = _sidecar_or(c, "vllm_sidecar_kv_cache_usage_ratio",
                         f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor on ({by})\n"
                         f"max by ({by}) (vllm:gpu_cache_usage_perc{s()})")
@@ -187,6 +188,10 @@ def pd_balance(c: Ctx) -> List[Recording]:
             f"{n['side_capacity']})")
     return [
         Recording(n["side_tokens"], f"{per_side(prompt, 'prefill')}\nor\n{per_side(output, 'decode')}"),
+        # per replica, read once for both sides
+        Recording(waiting,
+                  f"sum by ({by}) (avg_over_time(vllm:num_requests_waiting_by_reason{s(CAPACITY_WAIT)}[{c.W}]))\n"
+                  f"or on ({by})\nsum by ({by}) (avg_over_time(vllm:num_requests_waiting{s()}[{c.W}]))"),
         Recording(n["side_waiting"], f"{per_side(waiting, 'prefill')}\nor\n{per_side(waiting, 'decode')}"),
         Recording(n["side_kv"], f"{per_side(usage, 'prefill')}\nor\n{per_side(usage, 'decode')}"),
         # the side's requests waiting per instance, where at least disaggregation.saturated_waiting
