@@ -321,3 +321,24 @@ def test_role_defaults_to_both_and_follows_the_sidecar(tmp_path):
                   for p, r in (("vllm-d0", "decode"), ("vllm-p0", "prefill"), ("vllm-0", "both"))]}]}]
     r = run_promtool(tmp_path, tests, rules_path=RULES)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("planned, fires", [(1000, True), (110, False)])
+def test_a_planned_decode_capacity_decides_whether_decode_has_room(tmp_path, planned, fires):
+    """With capacity.decode_tokens_per_second planned, a decode instance making 100 output tokens/s
+    has room under a plan of 1,000 (the prefill flood names prefill) and none under a plan of 110
+    (91 %, above disaggregation.room_load: scaling prefill alone would not help)."""
+    import yaml
+
+    from exporter.pack.rules import render_plain
+    from exporter.slo import load_slo
+
+    f = tmp_path / "slo.yaml"
+    f.write_text(yaml.safe_dump({"capacity": {"decode_tokens_per_second": planned}}))
+    rules = tmp_path / "planned.rules.yml"
+    rules.write_text(render_plain(load_slo(str(f))))
+    alert = "VLLMDisaggregationImbalance"
+    want = [expect(alert, {**MS, "scale_side": "prefill"}, "8", rules=rules_by_alert(rules))] if fires else []
+    tests = [case(side_fleet(lambda m: 8 if m >= 5 else 0, lambda m: 0), [at(25, alert, *want)])]
+    r = run_promtool(tmp_path, tests, rules_path=rules, alerts=[alert])
+    assert r.returncode == 0, r.stdout + r.stderr
