@@ -62,13 +62,30 @@ def sidecar_output_names():
 
 
 
+# vLLM 0.33's Mooncake KV connector (kv_connector/v1/mooncake/stats.py): the NIXL family's shape,
+# no page of it here (it needs the Mooncake transfer engine)
+MOONCAKE = {"vllm:mooncake_xfer_time_seconds_bucket", "vllm:mooncake_xfer_time_seconds_count",
+            "vllm:mooncake_bytes_transferred_sum", "vllm:mooncake_num_failed_transfers_total",
+            "vllm:mooncake_num_kv_expired_reqs_total"}
+
+
+# the sidecar's series of issue 28 (P/D roles, KV transfer, speculative decoding, sleep), named in the
+# session plan and served by the runtime's collectors once merged: redundant with ``declared`` then
+PD_SIDECAR = {"vllm_sidecar_" + n for n in (
+    "role_info", "kv_transfer_failure_ratio", "kv_transfer_failures_per_second", "kv_transfer_seconds",
+    "kv_transfer_bytes_per_second", "kv_transfers_per_second", "kv_expired_requests_per_second",
+    "kv_notifications_after_expiry_per_second", "requests_waiting_kv_fetch", "prompt_tokens_transferred_ratio",
+    "spec_decode_mean_accepted_length", "engine_sleep_level")}
+
+
 def known_names():
     """Names in real vLLM pages (and their pre-rename form), the sidecar's output, and the
     recording rules; plus what vLLM emits only when enabled."""
     data = yaml.safe_load((ROOT / "rules" / "vllm.rules.yml").read_text())
     recorded = {r["record"] for g in data["groups"] for r in g["rules"] if "record" in r}
-    real = set()
-    for p in VLLM_PAGES.glob("*.txt"):
+    real = set(MOONCAKE)
+    # vLLM 0.33's pages of P/D instances, speculative decoding and sleep (made by vLLM's own logger)
+    for p in [*VLLM_PAGES.glob("*.txt"), *(VLLM_PAGES.parent / "vllm-0.33").glob("*/*.txt")]:
         text = p.read_text()
         real |= {s.name for s in parse(text).samples}
         real |= {s.name for s in parse(pt.legacy_names(text)).samples}  # the names before vLLM's renames
@@ -79,4 +96,4 @@ def known_names():
     from exporter.runtime.collectors import DERIVED, POD_DERIVED
 
     declared = {"vllm_sidecar_" + n for n in (*DERIVED, *POD_DERIVED)}
-    return real | sidecar_output_names() | recorded | only_when_enabled | declared
+    return real | sidecar_output_names() | recorded | only_when_enabled | declared | PD_SIDECAR

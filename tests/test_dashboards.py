@@ -67,7 +67,7 @@ def test_committed_json_is_the_generated_output():
 def test_structure():
     dashes = committed()
     assert set(dashes) == {"vllm-overview.json", "vllm-capacity.json", "vllm-prompts-cache.json",
-                           "vllm-gpu.json", "vllm-anomalies.json"}
+                           "vllm-gpu.json", "vllm-anomalies.json", "vllm-disaggregation.json"}
     uids = [d["uid"] for d in dashes.values()]
     assert len(set(uids)) == len(uids)
     for name, d in dashes.items():
@@ -303,6 +303,9 @@ error_ratio: {max: 0.035}
 outlier: {throughput_factor: 0.6, ttft_factor: 2.5, min_replicas: 4}
 dashboards: {cluster_label: k8s_cluster}
 cost: {prices: {reserved: 3.25}, gpus_per_replica: 4, hours_per_month: 720, monthly_fixed: 250}
+disaggregation: {transfer_failure_ratio: 0.045, recompute_share: 0.55, transfer_ttft_share: 0.4, expired_share: 0.11,
+                 saturated_waiting: 3.5, room_waiting: 0.45, room_load: 0.65}
+speculative: {planned_speedup: 1.9, low_factor: 0.65}
 burn_rates:
   page:
     - {long: 2h, short: 10m, factor: 12.5}
@@ -317,7 +320,8 @@ DEFAULT_NUMBERS = {1.5, 3.0, 30.0, 1 / 30.0, 0.999, 0.001, 0.9, 0.95, 4000.0, 0.
 # Fixed constants of the dashboards that are not SLO values, and where they may appear: the
 # error-budget stat's colour steps, the GPU temperature lines, the median (quantile 0.5) of the peer
 # comparison.
-FIXED = {"Error budget left (30 days)": {0.25, 0.5}, "Temperature": {83.0, 90.0}}
+FIXED = {"Error budget left (30 days)": {0.25, 0.5}, "Temperature": {83.0, 90.0},
+         "Engine sleep": {2.0}}  # vLLM's sleep level 2 (all discarded)
 
 
 def _numbers(text):
@@ -385,7 +389,8 @@ def test_nothing_of_the_default_slo_survives_another_slo(tmp_path):
         assert [v for v in d["templating"]["list"] if v["name"] == "cluster"][0]["query"]["query"] == \
             "label_values(vllm:num_requests_running, k8s_cluster)"
     # and the new values are there: thresholds, lines and text
-    expected = {1.25, 2.75, 1 / 40, 0.9975, 0.82, 0.93, 6000, 0.07, 0.42, 0.035, 0.6, 2.5, 4, 12.5, 5.5, 1.75}
+    expected = {1.25, 2.75, 1 / 40, 0.9975, 0.82, 0.93, 6000, 0.07, 0.42, 0.035, 0.6, 2.5, 4, 12.5, 5.5, 1.75,
+                0.045, 0.55, 0.4 * 2.75, 0.11, 3.5, 0.45, 0.65, 1.9}
     missing = {x for x in expected if not any(abs(x - y) < 1e-9 for y in seen_numbers)}
     assert not missing, f"SLO values the dashboards do not show: {sorted(missing)}"
     assert any("over 3m" in p.get("description", "") for d in dashes.values() for p in d["panels"])

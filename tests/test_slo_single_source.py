@@ -40,7 +40,12 @@ gpu_busy_low: {busy_utilization: 0.85, low_throughput_fraction: 0.35, throughput
                baseline_horizon: 4h, baseline_quantile: 0.85, baseline_min_busy: 20m}
 stall: {after: 45s}
 gpu: {fatal_xids: [31, 43]}
-capacity: {sustain: 7m, history: 9d, peak_window: 5h, headroom: 0.35, prefill_weight: 0.15}
+capacity: {sustain: 7m, history: 9d, peak_window: 5h, headroom: 0.35, prefill_weight: 0.15,
+           prefill_tokens_per_second: 9100, decode_tokens_per_second: 810}
+disaggregation: {transfer_failure_ratio: 0.07, min_failures_per_second: 0.02, recompute_share: 0.65,
+                 transfer_ttft_share: 0.44, expired_share: 0.13, expired_per_second: 0.03, saturated_waiting: 3.5,
+                 room_waiting: 0.35, room_load: 0.65}
+speculative: {planned_speedup: 1.85, low_factor: 0.55}
 cost: {unit: replica_hour, prices: {reserved: 7.5, on_demand: 11.5, spot: 4.5}, fleet: on_demand, gpus_per_replica: 4,
        spot_share: 0.45, monthly_fixed: 650, monthly_budget: 21000, hours_per_month: 720}
 gate: {max_regression: 0.15, min_effect_ms: 3}

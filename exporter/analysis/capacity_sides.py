@@ -8,7 +8,7 @@ hand their KV cache to decode instances), each side in the unit its work is meas
   history that is what the decode instances produced (the speedup is in it; the mean accepted
   length, ``1 + accepted / drafts``, is shown beside it). Planned, it is
   ``capacity.decode_tokens_per_second x speedup``, the speedup being the measured mean accepted
-  length where vLLM counted drafts, else ``capacity.speculative_speedup``. A request needs its
+  length where vLLM counted drafts, else ``speculative.planned_speedup`` (0: none, 1.0). A request needs its
   output tokens.
 
 Each per-instance figure comes from history where the history can tell (the best level one
@@ -239,10 +239,10 @@ def plan(slo: Mapping[str, Any], asked: Asked, history: Optional[Mapping[str, Si
                "the prefill instances' prefix-cache hits over queries, whole range")
     if hit.value is None:
         hit = Figure(float(cap["prefix_hit_ratio"]), "slo", "capacity.prefix_hit_ratio")
-    speed = pick(None, dec.mean_accepted_length if dec is not None else None, None, "capacity.speculative_speedup",
+    speed = pick(None, dec.mean_accepted_length if dec is not None else None, None, "speculative.planned_speedup",
                  "the decode instances' mean accepted length (1 + accepted / drafts), whole range")
-    if speed.value is None:
-        speed = Figure(float(cap["speculative_speedup"]), "slo", "capacity.speculative_speedup")
+    if speed.value is None:  # the same planned speedup the pack's VLLMSpecDecodeAcceptanceLow holds it to
+        speed = Figure(float(slo["speculative"]["planned_speedup"]) or 1.0, "slo", "speculative.planned_speedup")
     pr = pick(None, pre.tokens_per_second if pre is not None else None, cap["prefill_tokens_per_second"],
               "capacity.prefill_tokens_per_second",
               "computed prompt tokens/s one prefill instance held within the TTFT objectives")

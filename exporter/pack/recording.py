@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Sequence, Tuple
 
+from . import recording_pd
 from .context import CAPACITY, ERR, NOABORT, NOT4XX, QUANTILES, S5XX, Ctx, indent, le_for
 
 
@@ -424,7 +425,14 @@ def cost_and_efficiency(c: Ctx) -> List[Recording]:
     ]
 
 
-FAMILIES = (throughput, kv_and_queue, prompts_and_cache, latency, per_model, fleet_normal, availability, capacity)
+def _pd(family):
+    """A family of ``recording_pd`` (roles first, so that every rule joining on the role reads this
+    evaluation's; the P/D and speculative families last) as this module's ``Recording``s."""
+    return lambda c: [Recording(r.record, r.expr, dict(r.labels)) for r in family(c)]
+
+
+FAMILIES = (*map(_pd, recording_pd.FIRST), throughput, kv_and_queue, prompts_and_cache, latency, per_model,
+            fleet_normal, availability, capacity, *map(_pd, recording_pd.LAST))
 
 
 def recording_rules(c: Ctx, families: Sequence = FAMILIES) -> List[Recording]:

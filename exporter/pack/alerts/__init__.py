@@ -6,6 +6,8 @@
     errors      corrupted outputs, error ratios and the availability SLO's burn rates
     gpu         XID, thermal throttling, uncorrectable ECC
     health      the sidecar's and vLLM's targets, inputs gone missing after an upgrade
+    disagg      prefill/decode: KV transfers failing, slow or expiring, one side saturated
+    speculative speculative decoding accepting far fewer drafts than normal or planned
 
 Each module's ``alerts(ctx)`` returns ``Alert`` values: the condition, severity and texts only.
 ``alert_rules`` below adds, in one place, what every alert gets from the SLO file: its ``for``
@@ -18,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Tuple
 
 from ..context import Ctx
-from . import anomalies, capacity, errors, gpu, health, latency
+from . import anomalies, capacity, disagg, errors, gpu, health, latency, speculative
 from .alert import Alert
 
 __all__ = ["Alert", "alert_rules", "all_alerts", "finish", "keyed_alert_rules", "runbook_url"]
@@ -26,7 +28,7 @@ __all__ = ["Alert", "alert_rules", "all_alerts", "finish", "keyed_alert_rules", 
 
 def all_alerts(c: Ctx) -> List[Alert]:
     out: List[Alert] = []
-    for module in (capacity, latency, anomalies, errors, health, gpu):
+    for module in (capacity, latency, anomalies, errors, health, gpu, disagg, speculative):
         out += module.alerts(c)
     return out
 

@@ -24,6 +24,7 @@ def alerts(c: Ctx) -> List[Alert]:
     normal_busy = fleet_normal(c, c.mrec("vllm_generation_tokens_per_busy_replica", "rate"))
     hit = c.rec("vllm_prefix_cache_hit", "ratio_rate")
     hit_normal = fleet_normal(c, c.mrec("vllm_prefix_cache_hit", "ratio_rate"))
+    asleep = c.rec("vllm_engine_asleep", "max_over_time" + c.W)  # a sleeping engine is not stalled (recording_pd)
     age = f"time() - max by ({c.r}) (process_start_time_seconds{s()} and on ({c.target}) vllm:num_requests_running{s()})"
     return [
         Alert("VLLMGPUBusyLowThroughput",
@@ -38,9 +39,10 @@ def alerts(c: Ctx) -> List[Alert]:
               "Typical cause: a flood of very long prompts (prefill and recomputation), KV thrashing, or a sick "
               "GPU. Compare with its peers."),
         Alert("VLLMEngineStalled",
-              f"max by ({by}) (vllm_sidecar_engine_stalled{s()}) == 1\nor\n"
-              f"(\n  {c.rec('vllm_requests_running', 'sum')} > 0\n  and on ({by})\n"
-              f"  sum by ({by}) (rate(vllm:generation_tokens_total{s()}[{S2}])) == 0\n)",
+              f"(\n  max by ({by}) (vllm_sidecar_engine_stalled{s()}) == 1\n  or\n"
+              f"  {c.rec('vllm_requests_running', 'sum')} > 0\n  and on ({by})\n"
+              f"  sum by ({by}) (rate(vllm:generation_tokens_total{s()}[{S2}])) == 0\n)\n"
+              f"unless on ({by}) {asleep}",
               "critical",
               f"vLLM engine stalled on {who} ({c.model})",
               "Requests are running but no token has been produced for minutes. The engine is hung "

@@ -19,14 +19,15 @@ def alerts(c: Ctx) -> List[Alert]:
     sidecar_age = f"time() - max by ({r}) (vllm_sidecar_process_start_time_seconds{s()})"
     return [
         Alert("VLLMTargetDown",
-              f"(\n  max by ({r}, target) (vllm_sidecar_target_up{s(TVLLM)}) == 0\n"
+              f"(\n(\n  max by ({r}, target) (vllm_sidecar_target_up{s(TVLLM)}) == 0\n"
               f"  and on ({r})\n  ({read_before} or ({sidecar_age}) > {startup:g})\n)\nor\n"
               f"label_replace(\n  max by ({r}) (up{s()} and on ({c.target})"
               f" max_over_time(vllm:num_requests_running{s()}[{seen}])) == 0,\n"
               f"  \"target\", \"vllm\", \"\", \"\"\n)\nor\n"
               f"label_replace(\n  max by ({r}) (up{s()} and on ({c.target})"
               f" max_over_time(vllm_sidecar_build_info{s()}[{seen}])) == 0,\n"
-              f"  \"target\", \"sidecar\", \"\", \"\"\n)",
+              f"  \"target\", \"sidecar\", \"\", \"\"\n)\n)\n"
+              f"unless on ({r}) {c.rec('vllm_engine_asleep', 'max_over_time' + c.W)}",  # asleep: not down (recording_pd)
               "critical",
               f"{{{{ $labels.target }}}} unreachable on {who}",
               "target=vllm: the sidecar (or Prometheus) cannot read vLLM's /metrics: the server is down, "

@@ -10,13 +10,14 @@ from typing import Any, Callable, Dict, Mapping, Tuple
 from .anomalies import anomalies
 from .builder import Builder
 from .capacity import capacity
+from .disagg import disagg
 from .gpu import gpu
 from .overview import overview
 from .prompts_cache import prompts_cache
 
 DASHBOARDS: Dict[str, Callable[[Builder], Dict[str, Any]]] = {
     "vllm-overview": overview, "vllm-capacity": capacity, "vllm-prompts-cache": prompts_cache,
-    "vllm-gpu": gpu, "vllm-anomalies": anomalies}
+    "vllm-gpu": gpu, "vllm-anomalies": anomalies, "vllm-disaggregation": disagg}
 
 K8S_PATH = os.path.join("deploy", "kubernetes", "base", "grafana-dashboards.yaml")
 OPERATOR_PATH = os.path.join("deploy", "kubernetes", "components", "grafana-operator", "grafana-dashboards.yaml")
