@@ -79,4 +79,7 @@ def known_names():
     from exporter.runtime.collectors import DERIVED, POD_DERIVED
 
     declared = {"vllm_sidecar_" + n for n in (*DERIVED, *POD_DERIVED)}
-    return real | sidecar_output_names() | recorded | only_when_enabled | declared
+    # the sidecar's role (--role), named by the shared plan for prefill/decode disaggregation; the
+    # runtime declares it in its own branch (merged with this one, `declared` above holds it)
+    planned = {"vllm_sidecar_role_info"}
+    return real | sidecar_output_names() | recorded | only_when_enabled | declared | planned

@@ -101,3 +101,52 @@ class Ctx:
     @property
     def model(self) -> str:
         return "{{ $labels.model_name }}"
+
+    # roles (prefill/decode disaggregation) ----------------------------------------------------
+    @property
+    def role(self) -> str:
+        """Each pod's role, one series per pod with a ``role`` label, from the sidecar's
+        ``vllm_sidecar_role_info`` (``conditions.roles``); a pod without it is of role ``both``."""
+        return "_".join(self.replica) + ":vllm_sidecar_role:info"
+
+    @property
+    def by_role(self) -> str:
+        """Per model and role: the group a replica is compared with (a decode instance with decode
+        instances, a replica of role both with the others of role both)."""
+        return f"{self.svc}, role"
+
+    def with_role(self, per_replica: str) -> str:
+        """A per-replica-and-model expression with its pod's ``role`` label added (``both`` where
+        the pod has no role series)."""
+        return (f"(\n  {per_replica}\n  * on ({self.r}) group_left (role)\n  {self.role}\n  or on ({self.by})\n"
+                f"  label_replace({per_replica}, \"role\", \"both\", \"\", \"\")\n)")
+
+    def prefill(self) -> str:
+        """The pods of role prefill (join ``on (replica labels)``)."""
+        return f'{self.role}{{role="prefill"}}'
+
+    # evidence in annotations ------------------------------------------------------------------
+    def show(self, query: str, fmt: str = "humanize") -> str:
+        """A template that shows, in an annotation, what ``query`` returns for the alert's replica,
+        through Prometheus' ``query`` template function: the evidence beside the alert's value
+        ("normally 2 %"), ``none`` when it has no value. In ``query``, ``{R}`` is the selector of
+        the alert's replica (its outer, replica and model labels), ``{P}`` that of its pod (no
+        model) and ``{M}`` that of its model."""
+        labels = grouping(self.slo, self.replica + ["model_name"])
+        model = set(model_labels(self.replica)) | set(self.outer)
+
+        def sel(keep) -> str:
+            return "{" + ",".join(f"{x}=%[{i + 1}]q" for i, x in enumerate(labels) if x in keep) + "}"
+
+        pod = set(labels) - {"model_name"}
+        q = query.replace("{R}", sel(set(labels))).replace("{P}", sel(pod)).replace("{M}", sel(model)).replace('"', '\\"')
+        args = " ".join(f"$labels.{x}" for x in labels)
+        return (f'{{{{ with printf "{q}" {args} | query }}}}{{{{ . | first | value | {fmt} }}}}'
+                f"{{{{ else }}}}none{{{{ end }}}}")
+
+    def inputs(self, *metrics: str) -> str:
+        """A PromQL query (labels filled in by the alert) that shows a signal's inputs on the
+        alert's pod: the ``inputs`` annotation of an alert that reads a boolean."""
+        names = "|".join(metrics)
+        pod = ", ".join(f'{x}="{{{{ $labels.{x} }}}}"' for x in self.replica)
+        return f'{{__name__=~"{names}", {pod}}}'

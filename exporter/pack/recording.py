@@ -10,24 +10,13 @@ release and one on a new release both match (``kv_cache_usage_perc`` / ``gpu_cac
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Dict, List, Sequence, Tuple
 
+from . import conditions
 from .context import CAPACITY, ERR, NOABORT, NOT4XX, QUANTILES, S5XX, Ctx, indent, le_for
+from .recorded import Recording
 
-
-@dataclass(frozen=True)
-class Recording:
-    record: str
-    expr: str
-    labels: Dict[str, str] = field(default_factory=dict)
-
-    def as_rule(self, common: Dict[str, str] = None) -> Dict[str, object]:
-        r: Dict[str, object] = {"record": self.record, "expr": self.expr}
-        labels = {**(common or {}), **self.labels}
-        if labels:
-            r["labels"] = labels
-        return r
+__all__ = ["Recording", "capacity", "capacity_names", "recording_rules"]
 
 
 # (recording-rule metric, vLLM histogram names newest first)
@@ -40,18 +29,27 @@ LATENCY_HISTOGRAMS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
 MEAN_HISTOGRAMS = LATENCY_HISTOGRAMS[:2]
 
 
+def finished(c: Ctx, matcher: str = "") -> str:
+    """Finished requests per second of each replica and model (those whose reason matches
+    ``matcher``), from the recorded rate by reason."""
+    sel = "{" + matcher + "}" if matcher else ""
+    return f"sum by ({c.by}) ({c.rec('vllm_requests_finished_by_reason', 'rate')}{sel})"
+
+
 def throughput(c: Ctx) -> List[Recording]:
     """Tokens and finished requests per second, errors, preemptions and rejections."""
     return [
         Recording(c.rec("vllm_generation_tokens", "rate"), c.rate("vllm:generation_tokens_total")),
         Recording(c.rec("vllm_prompt_tokens", "rate"), c.rate("vllm:prompt_tokens_total")),
-        Recording(c.rec("vllm_requests_finished", "rate"), c.rate("vllm:request_success_total")),
-        Recording(c.rec("vllm_requests_failed", "rate"), c.rate("vllm:request_success_total", "", ERR)),
+        # finished requests by reason, read once per evaluation; every count of finished requests
+        # below (all, errors, all but aborts) sums this one
+        Recording(c.rec("vllm_requests_finished_by_reason", "rate"),
+                  f"sum by ({c.by}, finished_reason) (rate(vllm:request_success_total{c.s()}[{c.W}]))"),
+        Recording(c.rec("vllm_requests_finished", "rate"), finished(c)),
+        Recording(c.rec("vllm_requests_failed", "rate"), finished(c, ERR)),
         # vLLM creates labelled series lazily on some releases: no "error" series means no error yet
         Recording(c.rec("vllm_request_errors", "ratio_rate"),
-                  f"(\n  {c.rate('vllm:request_success_total', '', ERR)}\n  or\n"
-                  f"  {c.rate('vllm:request_success_total')} * 0\n)\n"
-                  f"/\n({c.rate('vllm:request_success_total', '', NOABORT)} > 0)"),
+                  f"(\n  {finished(c, ERR)}\n  or\n  {finished(c)} * 0\n)\n/\n({finished(c, NOABORT)} > 0)"),
         Recording(c.rec("vllm_preemptions", "rate"), c.rate("vllm:num_preemptions_total")),
         # over the sustain window too: "preempting at every evaluation" is read from this one
         Recording(c.rec("vllm_preemptions", "rate", c.S2), c.rate("vllm:num_preemptions_total", c.S2)),
@@ -199,10 +197,12 @@ def prompts_and_cache(c: Ctx) -> List[Recording]:
 
 
 def fleet_normal(c: Ctx) -> List[Recording]:
-    """Per model, what one of its replicas does: the model-level series the "compared with
-    normal" alerts take their baseline from. Keyed by the model, never the pod, so the history
-    survives rollouts and replaced pods."""
-    svc, s = c.svc, c.s
+    """Per model and role, what one of its replicas does: the model-level series the "compared with
+    normal" alerts take their baseline from (``conditions.normals``). Keyed by the model and role,
+    never the pod, so the history survives rollouts and replaced pods, and a decode instance's
+    normal is learned from decode instances only."""
+    svc, s, g = c.svc, c.s, c.by_role
+    n = conditions.names(c)
 
     def model_rate(new: str, old: str) -> str:
         return f"sum by ({svc}) (rate({new}{s()}[{c.W}]))\nor\nsum by ({svc}) (rate({old}{s()}[{c.W}]))"
@@ -210,14 +210,14 @@ def fleet_normal(c: Ctx) -> List[Recording]:
     busy = c.slo["gpu_busy_low"]["busy_utilization"]
     return [
         Recording(c.mrec("vllm_long_prompt_requests_per_replica", "rate"),
-                  f"avg by ({svc}) ({c.rec('vllm_long_prompt_requests', 'rate')})"),
+                  f"avg by ({g}) {c.with_role(c.rec('vllm_long_prompt_requests', 'rate'))}"),
         # the same from the sidecars' own windows (their threshold is long_prompt.tokens exactly,
         # the rules' is vLLM's bucket bound at or above it: each is compared with its own kind)
         Recording(c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"),
-                  f"avg by ({svc}) (vllm_sidecar_long_prompt_requests_per_second{s()})"),
+                  f"avg by ({g}) {c.with_role(n['sidecar_long'])}"),
         Recording(c.mrec("vllm_generation_tokens_per_busy_replica", "rate"),
-                  f"avg by ({svc}) (\n  {c.rec('vllm_generation_tokens', 'rate')}\n  and on ({c.r})\n"
-                  f"  (max by ({c.r}) (vllm_sidecar_gpu_mean_utilization_ratio{s()}) >= {busy})\n)"),
+                  f"avg by ({g}) (\n  {c.with_role(c.rec('vllm_generation_tokens', 'rate'))}\n  and on ({c.r})\n"
+                  f"  ({n['gpu_busy']} >= {busy})\n)"),
         Recording(c.mrec("vllm_prefix_cache_hit", "ratio_rate"),
                   f"(\n{indent(model_rate('vllm:prefix_cache_hits_total', 'vllm:gpu_prefix_cache_hits_total'))}\n)\n/\n"
                   f"(\n{indent(model_rate('vllm:prefix_cache_queries_total', 'vllm:gpu_prefix_cache_queries_total'))}\n) > 0"),
@@ -225,13 +225,20 @@ def fleet_normal(c: Ctx) -> List[Recording]:
 
 
 def latency(c: Ctx) -> List[Recording]:
-    """Quantiles of the latency histograms over the rate window, and the means of TTFT and ITL."""
+    """Quantiles of the latency histograms over the rate window, and the means of TTFT and ITL.
+
+    Each histogram's buckets are read once per evaluation, into a per-replica rate per bucket
+    (``..._bucket:rate5m``); its three quantiles, per replica and per model, are taken from that
+    recorded rate (the same numbers: a quantile of the summed rates), not from the raw buckets
+    three and six times over."""
     out = []
     for rname, names in LATENCY_HISTOGRAMS:
-        buckets = "\nor\n".join(f"sum by ({c.by}, le) (rate({n}_bucket{c.s()}[{c.W}]))" for n in names)
+        buckets = c.rec(rname + "_bucket", "rate")
+        out.append(Recording(buckets, "\nor\n".join(f"sum by ({c.by}, le) (rate({n}_bucket{c.s()}[{c.W}]))"
+                                                     for n in names)))
         for q in QUANTILES:
-            out.append(Recording(c.rec(rname, "histogram_quantile"),
-                                 f"histogram_quantile({q},\n{indent(buckets)}\n)", {"quantile": q}))
+            out.append(Recording(c.rec(rname, "histogram_quantile"), f"histogram_quantile({q}, {buckets})",
+                                 {"quantile": q}))
     for rname, names in MEAN_HISTOGRAMS:
         mean = "\nor\n".join(f"{c.rate(n + '_sum')}\n/\n({c.rate(n + '_count')} > 0)" for n in names)
         out.append(Recording(c.rec(rname, "mean"), mean))
@@ -248,7 +255,7 @@ def per_model(c: Ctx) -> List[Recording]:
     for q in QUANTILES:
         out.append(Recording(
             c.mrec("vllm_time_to_first_token_seconds", "histogram_quantile"),
-            f"histogram_quantile({q}, sum by ({svc}, le) (rate(vllm:time_to_first_token_seconds_bucket{c.s()}[{c.W}])))",
+            f"histogram_quantile({q}, sum by ({svc}, le) ({c.rec('vllm_time_to_first_token_seconds_bucket', 'rate')}))",
             {"quantile": q}))
     return out
 
@@ -275,8 +282,8 @@ def _http(c: Ctx, status: str) -> str:
 
 def availability_errors(c: Ctx) -> str:
     """Failed requests per second of one replica, per the SLO's availability SLI."""
-    engine = c.rate("vllm:request_success_total", "", ERR)
-    zero = f"{c.rate('vllm:request_success_total')} * 0"  # no error series yet: no error yet
+    engine = finished(c, ERR)
+    zero = f"{finished(c)} * 0"  # no error series yet: no error yet
     sli = c.slo["availability_sli"]
     if sli == "engine":
         return f"{engine}\nor\n{zero}"
@@ -293,7 +300,7 @@ def availability_requests(c: Ctx) -> str:
     """Valid requests per second of one replica: HTTP answers except 4xx (aborts and the
     clients' own mistakes are not the service's), else the engine's finished requests except
     aborts."""
-    engine = c.rate("vllm:request_success_total", "", NOABORT)
+    engine = finished(c, NOABORT)
     if c.slo["availability_sli"] == "engine":
         return engine
     return f"(\n{indent(_http(c, NOT4XX))}\n)\nor\n{engine}"
@@ -424,7 +431,8 @@ def cost_and_efficiency(c: Ctx) -> List[Recording]:
     ]
 
 
-FAMILIES = (throughput, kv_and_queue, prompts_and_cache, latency, per_model, fleet_normal, availability, capacity)
+FAMILIES = (throughput, kv_and_queue, prompts_and_cache, latency, per_model, conditions.roles, conditions.inputs,
+            fleet_normal, conditions.normals, conditions.comparisons, availability, capacity)
 
 
 def recording_rules(c: Ctx, families: Sequence = FAMILIES) -> List[Recording]:
