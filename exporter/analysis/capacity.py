@@ -325,7 +325,7 @@ def rule_groups(c: Ctx) -> Tuple[List[Group], Dict[str, str]]:
 
 def range_exprs(c: Ctx, range_ms: int) -> Dict[str, str]:
     """Whole-range figures per model, as PromQL evaluated once at the end of the range."""
-    svc, s, r = c.svc, c.s(), format_duration(max(range_ms, 1))
+    svc, s, r = c.per_model, c.selector(), format_duration(max(range_ms, 1))
 
     def inc(metric: str) -> str:
         return f"sum by ({svc}) (increase({metric}{s}[{r}]))"
@@ -350,17 +350,18 @@ def range_exprs(c: Ctx, range_ms: int) -> Dict[str, str]:
     # efficiency over the range, for the replicas serving at its end (the sidecar's GPU series carry
     # no model_name: joined on the replica labels): mean GPU utilization (each replica's GPUs
     # averaged, then the replicas), and output tokens per joule where the GPUs count energy
-    model_of = f"* on ({c.r}) group_left (model_name)\n  group by ({c.r}, model_name) (vllm:num_requests_running{s})"
-    energy = f"sum by ({c.r}) (increase(vllm_sidecar_gpu_energy_joules_total{s}[{r}]))"
-    out["gpu_utilization"] = (f"avg by ({svc}) (\n  avg by ({c.r}) (avg_over_time(vllm_sidecar_gpu_utilization_ratio{s}[{r}]))"
+    model_of = f"* on ({c.per_pod}) group_left (model_name)\n  group by ({c.per_pod}, model_name) (vllm:num_requests_running{s})"
+    energy = f"sum by ({c.per_pod}) (increase(vllm_sidecar_gpu_energy_joules_total{s}[{r}]))"
+    pod = c.per_pod
+    out["gpu_utilization"] = (f"avg by ({svc}) (\n  avg by ({pod}) (avg_over_time(vllm_sidecar_gpu_utilization_ratio{s}[{r}]))"
                               f"\n  {model_of}\n)")
-    out["tokens_per_joule"] = (f"sum by ({svc}) (\n  sum by ({c.by}) (increase(vllm:generation_tokens_total{s}[{r}]))\n"
-                               f"  and on ({c.r})\n  ({energy} > 0)\n)\n/\n"
+    out["tokens_per_joule"] = (f"sum by ({svc}) (\n  sum by ({c.per_replica}) (increase(vllm:generation_tokens_total{s}[{r}]))\n"
+                               f"  and on ({c.per_pod})\n  ({energy} > 0)\n)\n/\n"
                                f"(sum by ({svc}) (\n  {energy}\n  {model_of}\n) > 0)")
     # GPUs per replica as the sidecars count them (the most any replica of the model has)
-    out["gpus_per_replica"] = (f"max by ({svc}) (\n  count by ({c.r}) (vllm_sidecar_gpu_info{s})\n"
-                               f"  * on ({c.r}) group_left (model_name)\n"
-                               f"  group by ({c.r}, model_name) (vllm:num_requests_running{s})\n)")
+    out["gpus_per_replica"] = (f"max by ({svc}) (\n  count by ({c.per_pod}) (vllm_sidecar_gpu_info{s})\n"
+                               f"  * on ({c.per_pod}) group_left (model_name)\n"
+                               f"  group by ({c.per_pod}, model_name) (vllm:num_requests_running{s})\n)")
     return out
 
 
@@ -739,7 +740,7 @@ def compute(store: Store, opts: Options, server=None) -> CapacityReport:
     rqps = over_range(c.rec("vllm_requests_finished", "rate"))
     # saturated: requests waited at capacity.saturated_share of the evaluations of the rate window or
     # more (the replica ran at its limit)
-    saturated = over_range(f"avg_over_time(({c.rec('vllm_requests_waiting', 'sum')} > bool 0)[{c.W}:]) "
+    saturated = over_range(f"avg_over_time(({c.rec('vllm_requests_waiting', 'sum')} > bool 0)[{c.rate_window}:]) "
                            f">= {slo['capacity']['saturated_share']:g}")
     qps = over_range(c.mrec("vllm_requests_finished", "rate"))
     tokens = over_range(c.mrec("vllm_generation_tokens", "rate"))
@@ -754,7 +755,7 @@ def compute(store: Store, opts: Options, server=None) -> CapacityReport:
     except (RuleEvalError, ValueError) as exc:
         raise CapacityError(str(exc)) from None
     rules_end = at_end({**{k: names[k] for k in END_RULES},
-                        "replicas": f"count by ({c.svc}) ({c.rec('vllm_generation_tokens', 'rate')})"})
+                        "replicas": f"count by ({c.per_model}) ({c.rec('vllm_generation_tokens', 'rate')})"})
 
     gen_rows = _rows(gen, replica_names)
     ttft_rows = _rows(ttft, replica_names, ("quantile", "0.95"))
@@ -818,7 +819,7 @@ def compute(store: Store, opts: Options, server=None) -> CapacityReport:
             (pk.value * (1 + headroom) if pk is not None else None)
         # a load mix counts once it was seen for a whole rate window
         wc = weighted_capacity(series, times, pw, window_steps, mean_prompt, mean_out, tgt_qps,
-                               max(int(seconds(c.W) * 1000) // opts.step_ms, 1))
+                               max(int(seconds(c.rate_window) * 1000) // opts.step_ms, 1))
         cap_qps = replicas_now * wc.tokens_per_second / wc.request_cost \
             if wc.tokens_per_second and wc.request_cost else None
         per_replica_qps = wc.tokens_per_second / wc.request_cost if wc.tokens_per_second and wc.request_cost else None

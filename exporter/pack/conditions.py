@@ -55,13 +55,13 @@ def names(c: Ctx) -> dict:
         "sidecar_long": c.rec("vllm_sidecar_long_prompt_requests", "rate", sw),
         "sidecar_long_ratio": c.rec("vllm_sidecar_long_prompt_requests", "ratio_rate", sw),
         "sidecar_long_normal": c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "normal_rate" + sw),
-        "long_normal": c.mrec("vllm_long_prompt_requests_per_replica", "normal_rate" + c.W),
+        "long_normal": c.mrec("vllm_long_prompt_requests_per_replica", "normal_rate" + c.rate_window),
         "sidecar_long_surge": c.rec("vllm_sidecar_long_prompt_requests", "above_normal_rate" + sw),
-        "long_surge": c.rec("vllm_long_prompt_requests", "above_normal_rate" + c.W),
+        "long_surge": c.rec("vllm_long_prompt_requests", "above_normal_rate" + c.rate_window),
         "busy_normal": c.rec("vllm_generation_tokens_busy_normal", "rate"),
         "speed_vs_peers": c.rec("vllm_generation_tokens_per_running_request", "ratio_to_peer_median"),
         "ttft_vs_peers": c.rec("vllm_time_to_first_token_seconds_p95", "ratio_to_peer_median"),
-        "hit_normal": c.mrec("vllm_prefix_cache_hit", "normal_ratio_rate" + c.W),
+        "hit_normal": c.mrec("vllm_prefix_cache_hit", "normal_ratio_rate" + c.rate_window),
         "held_chronic": c.rec("vllm_requests_held_back_chronic", "avg_over_time" + c.windows["episode_recent"]),
         "preempt_episode": c.rec("vllm_preemptions", "increase" + c.windows["episode"]),
     }
@@ -71,13 +71,13 @@ def roles(c: Ctx) -> List[Recording]:
     """Each pod's role: the sidecar's ``vllm_sidecar_role_info{role}`` (pod-level, its ``--role``),
     one per pod (the highest-sorting while a changed role still has its old series). A pod
     without it is of role ``both`` wherever a rule reads it (``Ctx.with_role``)."""
-    return [Recording(c.role, f"topk by ({c.r}) (1, max by ({c.r}, role) (vllm_sidecar_role_info{c.s()}))")]
+    return [Recording(c.role, f"topk by ({c.per_pod}) (1, max by ({c.per_pod}, role) (vllm_sidecar_role_info{c.selector()}))")]
 
 
 def inputs(c: Ctx) -> List[Recording]:
     """Per-replica inputs the comparisons read: the GPUs' mean utilization, the sidecar's
     long-prompt figures, the process's uptime, which targets were seen."""
-    n, s, r = names(c), c.s, c.r
+    n, s, r = names(c), c.selector, c.per_pod
     seen = c.windows["target_seen"]
     read_before = f"max by ({r}) (vllm_sidecar_last_success_timestamp_seconds{s(TVLLM)})"
     sidecar_age = f"time() - max by ({r}) (vllm_sidecar_process_start_time_seconds{s()})"
@@ -88,8 +88,8 @@ def inputs(c: Ctx) -> List[Recording]:
 
     return [
         Recording(n["gpu_busy"], f"max by ({r}) (vllm_sidecar_gpu_mean_utilization_ratio{s()})"),
-        Recording(n["sidecar_long"], f"max by ({c.by}) (vllm_sidecar_long_prompt_requests_per_second{s()})"),
-        Recording(n["sidecar_long_ratio"], f"max by ({c.by}) (vllm_sidecar_long_prompt_request_ratio{s()})"),
+        Recording(n["sidecar_long"], f"max by ({c.per_replica}) (vllm_sidecar_long_prompt_requests_per_second{s()})"),
+        Recording(n["sidecar_long_ratio"], f"max by ({c.per_replica}) (vllm_sidecar_long_prompt_request_ratio{s()})"),
         Recording(n["uptime"], f"time() - max by ({r}) (process_start_time_seconds{s()} and on ({c.target}) "
                                f"vllm:num_requests_running{s()})"),
         # vLLM is expected to answer this sidecar: it has before, or the startup grace is over (a
@@ -138,7 +138,7 @@ def comparisons(c: Ctx) -> List[Recording]:
     model and role; a prefill instance's speed is not compared: it makes almost no output tokens by
     design), and the chronic-overload hold."""
     n, lp, kv = names(c), c.slo["long_prompt"], c.slo["kv_cache"]
-    g, by = c.by_role, c.by
+    g, by = c.by_role, c.per_replica
     speed = c.with_role(c.rec("vllm_generation_tokens_per_running_request", "rate"))
     ttft = c.with_role(f"max without (quantile) ({c.rec('vllm_time_to_first_token_seconds', 'histogram_quantile')}"
                        f"{{quantile=\"0.95\"}})")
@@ -148,7 +148,7 @@ def comparisons(c: Ctx) -> List[Recording]:
         now = c.with_role(now)
         compared = f"{now}\n> on ({g}) group_left ()\n({lp['surge_factor']} * {normal})"
         floor = (f"{now}\nand on ({by})\n({ratio} >= {lp['floor_share']})\nunless on ({g})\n{normal}\n"
-                 f"unless on ({c.r})\n{c.prefill()}")
+                 f"unless on ({c.per_pod})\n{c.prefill()}")
         return f"max without (role) (\n{indent(compared)}\n  or\n{indent(floor)}\n)"
 
     def vs_peers(x: str) -> str:
@@ -161,13 +161,13 @@ def comparisons(c: Ctx) -> List[Recording]:
         Recording(n["sidecar_long_surge"], surge(n["sidecar_long"], n["sidecar_long_normal"], n["sidecar_long_ratio"])),
         Recording(n["long_surge"], surge(c.rec("vllm_long_prompt_requests", "rate"), n["long_normal"],
                                          c.rec("vllm_long_prompt_requests", "ratio_rate"))),
-        Recording(n["speed_vs_peers"], vs_peers(speed) + f"\nunless on ({c.r})\n{c.prefill()}"),
+        Recording(n["speed_vs_peers"], vs_peers(speed) + f"\nunless on ({c.per_pod})\n{c.prefill()}"),
         Recording(n["ttft_vs_peers"], vs_peers(ttft)),
         # chronic overload: requests still held back now, and at kv_cache.episode_share of
         # windows.episode_recent (what keeps the KV and preemption alerts on between waves)
         Recording(n["held_chronic"],
                   f"{held_recent} >= {kv['episode_share']}\nand on ({by})\n{held_avg} > {kv['episode_gate']}"),
         Recording(n["preempt_episode"],
-                  f"sum by ({by}) (increase(vllm:num_preemptions_total{c.s()}[{c.windows['episode']}]))"),
+                  f"sum by ({by}) (increase(vllm:num_preemptions_total{c.selector()}[{c.windows['episode']}]))"),
     ]
 

@@ -21,7 +21,7 @@ STALL_INPUTS = ("vllm_sidecar_engine_stalled", "vllm:num_requests_running", "vll
 
 
 def alerts(c: Ctx) -> List[Alert]:
-    by, s, who, svc, S2 = c.by, c.s, c.who, c.svc, c.S2
+    by, s, who, svc, S2 = c.per_replica, c.selector, c.who, c.per_model, c.sustain_window
     n = conditions.names(c)
     ol = c.slo["outlier"]
     tok = c.rec("vllm_generation_tokens", "rate")
@@ -31,10 +31,10 @@ def alerts(c: Ctx) -> List[Alert]:
     speed = c.rec("vllm_generation_tokens_per_running_request", "rate")
     return [
         Alert("VLLMGPUBusyLowThroughput",
-              f"max by ({by}) (vllm_sidecar_gpu_busy_low_throughput{s()}) == 1 unless on ({c.r}) {c.prefill()}\n"
+              f"max by ({by}) (vllm_sidecar_gpu_busy_low_throughput{s()}) == 1 unless on ({c.per_pod}) {c.prefill()}\n"
               f"or\n{tok} < on ({by}) {bl['low_throughput_fraction']} * {n['busy_normal']}\n"
-              f"and on ({c.r}) {n['gpu_busy']} >= {bl['busy_utilization']}\n"
-              f"unless on ({c.r}) {c.prefill()}",
+              f"and on ({c.per_pod}) {n['gpu_busy']} >= {bl['busy_utilization']}\n"
+              f"unless on ({c.per_pod}) {c.prefill()}",
               "critical",
               f"GPUs busy but few tokens on {who} ({c.model})",
               f"GPUs at {c.show(n['gpu_busy'] + '{P}', 'humanizePercentage')} utilization, "
@@ -68,7 +68,7 @@ def alerts(c: Ctx) -> List[Alert]:
               f"{hit} < {pc['min_hit_ratio']}\n"
               f"and on ({by}) {hit} < on ({svc}) group_left () {pc['fleet_factor']} * {n['hit_normal']}\n"
               f"and on ({by}) {c.rec('vllm_requests_finished', 'rate')} > 0\n"
-              f"and on ({c.r}) {n['uptime']} > {c.seconds(pc['warmup']):g}",
+              f"and on ({c.per_pod}) {n['uptime']} > {c.seconds(pc['warmup']):g}",
               "info",
               f"Low prefix-cache hit ratio on {who} ({c.model})",
               f"Only {{{{ $value | humanizePercentage }}}} of prompt tokens came from the prefix cache, where this "

@@ -11,7 +11,7 @@ from .alert import Alert
 
 
 def alerts(c: Ctx) -> List[Alert]:
-    by, who = c.by, c.who
+    by, who = c.per_replica, c.who
     kv = c.slo["kv_cache"]
     lp = c.slo["long_prompt"]
     held = c.windows["held_back"]

@@ -18,8 +18,8 @@ def _burn_expr(c: Ctx, pairs, budget: float) -> str:
         terms.append((ratio(p["long"]), ratio(p["short"]), limit))
     if len(terms) == 1:
         lng, sht, limit = terms[0]
-        return f"{lng} > {limit}\nand on ({c.svc})\n{sht} > {limit}"
-    return "\nor\n".join(f"{lng} > {limit} and on ({c.svc}) {sht} > {limit}" for lng, sht, limit in terms)
+        return f"{lng} > {limit}\nand on ({c.per_model})\n{sht} > {limit}"
+    return "\nor\n".join(f"{lng} > {limit} and on ({c.per_model}) {sht} > {limit}" for lng, sht, limit in terms)
 
 
 def _pairs_text(pairs) -> str:
@@ -27,7 +27,7 @@ def _pairs_text(pairs) -> str:
 
 
 def alerts(c: Ctx) -> List[Alert]:
-    by, s, who, W = c.by, c.s, c.who, c.W
+    by, s, who, W = c.per_replica, c.selector, c.who, c.rate_window
     o = c.slo["objectives"]
     budget = 1 - o["availability"]
     burn = c.slo["burn_rates"]

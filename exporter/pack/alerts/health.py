@@ -11,7 +11,7 @@ from .alert import Alert
 
 
 def alerts(c: Ctx) -> List[Alert]:
-    r, s, who = c.r, c.s, c.who
+    r, s, who = c.per_pod, c.selector, c.who
     n = conditions.names(c)
     return [
         Alert("VLLMTargetDown",
