@@ -108,6 +108,16 @@ def series(name: str, labels: Dict[str, str], vals: Sequence[Optional[float]]) -
     return {"series": fmt_series(name, labels), "values": values(vals)}
 
 
+def prompts_series(minutes: int, total_per_min: Callable[[int], float], long_per_min: Callable[[int], float],
+                   labels: Dict[str, str]) -> List[Dict[str, str]]:
+    """vLLM's prompt-length histogram (_count and the le="5000.0" bucket the rules read)."""
+    return [
+        series("vllm:request_prompt_tokens_bucket", {**labels, "le": "5000.0"},
+               counter(lambda m: total_per_min(m) - long_per_min(m), minutes)),
+        series("vllm:request_prompt_tokens_count", labels, counter(total_per_min, minutes)),
+    ]
+
+
 # -- alert expectations -----------------------------------------------------------------------
 
 def rules_by_alert(rules_path: Path = RULES) -> Dict[str, List[dict]]:
@@ -121,18 +131,26 @@ def rules_by_alert(rules_path: Path = RULES) -> Dict[str, List[dict]]:
 
 
 _TPL = re.compile(r"\{\{\s*\$labels\.(\w+)\s*\}\}")
-_VAL = re.compile(r"\{\{\s*\$value(?:\s*\|\s*\w+)?\s*\}\}")
+_VAL = re.compile(r'\{\{\s*\$value(?:\s*\|\s*(?:\w+|printf "[^"]*"))?\s*\}\}')
 
 
-def render(template: str, labels: Dict[str, str], value: str) -> str:
-    """Fill the two kinds of template the pack uses: a label, and the value (given already
-    formatted by the test, as Prometheus' humanize functions would write it)."""
-    out = _TPL.sub(lambda m: labels.get(m.group(1), ""), template)
+_QUERY = re.compile(r"\{\{ with printf .*? \| query \}\}.*?\{\{ end \}\}")
+
+
+def render(template: str, labels: Dict[str, str], value: str, evidence: Sequence[str] = ()) -> str:
+    """Fill the three kinds of template the pack uses: a label, the value (given already
+    formatted by the test, as Prometheus' humanize functions would write it), and the evidence an
+    annotation queries (``Ctx.show``: given in order by the test, as Prometheus would write it)."""
+    shown = iter(evidence)
+    out = _QUERY.sub(lambda m: next(shown, "?"), template)
+    out = _TPL.sub(lambda m: labels.get(m.group(1), ""), out)
     return _VAL.sub(value, out)
 
 
 def expect(alert: str, labels: Dict[str, str], value: str, severity: Optional[str] = None,
-           rules: Optional[Dict[str, List[dict]]] = None) -> dict:
+           rules: Optional[Dict[str, List[dict]]] = None, evidence: Sequence[str] = ()) -> dict:
+    """What ``alert`` fires with: its labels and annotations, ``value`` and the ``evidence`` its
+    annotations query (in order, each as Prometheus writes it) filled in."""
     rules = rules or rules_by_alert()
     candidates = rules[alert]
     if severity is not None:
@@ -140,7 +158,7 @@ def expect(alert: str, labels: Dict[str, str], value: str, severity: Optional[st
     assert len(candidates) == 1 or all(c["labels"] == candidates[0]["labels"] for c in candidates), alert
     rule = candidates[0]
     all_labels = {**labels, **rule["labels"]}
-    ann = {k: render(v, all_labels, value) for k, v in rule["annotations"].items()}
+    ann = {k: render(v, all_labels, value, evidence) for k, v in rule["annotations"].items()}
     return {"exp_labels": all_labels, "exp_annotations": ann}
 
 

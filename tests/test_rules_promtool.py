@@ -3,7 +3,18 @@ with input series shaped exactly like real vLLM and sidecar output."""
 
 import pytest
 
-from promseries import counter, expect, gauge, histogram, rules_by_alert, run_promtool, series, sidecar_labels, vllm_labels
+from promseries import (
+    counter,
+    expect,
+    gauge,
+    histogram,
+    prompts_series,
+    rules_by_alert,
+    run_promtool,
+    series,
+    sidecar_labels,
+    vllm_labels,
+)
 
 pytestmark = pytest.mark.prometheus
 
@@ -171,14 +182,15 @@ CASES["VLLMGPUBusyLowThroughput"] = [
     case([series("vllm_sidecar_gpu_busy_low_throughput", {**S, "model_name": "llama-70b"},
                  gauge(lambda m: 1 if m >= 5 else 0, N))],
          [quiet(6, "VLLMGPUBusyLowThroughput"),
-          at(8, "VLLMGPUBusyLowThroughput", expect("VLLMGPUBusyLowThroughput", W, "1"))]),
+          at(8, "VLLMGPUBusyLowThroughput", expect("VLLMGPUBusyLowThroughput", W, "1", evidence=["none"] * 3))]),
     case([series("vllm_sidecar_gpu_busy_low_throughput", {**S, "model_name": "llama-70b"}, gauge(lambda m: 0, N))],
          [quiet(30, "VLLMGPUBusyLowThroughput")]),
     # a new pod (a rollout: its sidecar has not learned a baseline yet, so it does not flag) is busy
     # with few tokens: the fleet's history of what a busy replica makes catches it
     case(busy_fleet(new_pod_tokens_per_min=3000),
          [quiet(DAY_B + 1, "VLLMGPUBusyLowThroughput"),
-          at(DAY_B + 8, "VLLMGPUBusyLowThroughput", expect("VLLMGPUBusyLowThroughput", {**W, "pod": "vllm-3"}, "50"))]),
+          at(DAY_B + 8, "VLLMGPUBusyLowThroughput", expect("VLLMGPUBusyLowThroughput", {**W, "pod": "vllm-3"}, "50",
+                                                  evidence=["97%", "50", "998.6"]))]),
     # ... and a new pod making its share of tokens is quiet
     case(busy_fleet(new_pod_tokens_per_min=60000), [quiet(m, "VLLMGPUBusyLowThroughput") for m in (DAY_B + 4, DAY_B + 20)]),
 ]
@@ -201,25 +213,17 @@ CASES["VLLMEngineStalled"] = [
 ]
 
 
-def prompts(minutes, total_per_min, long_per_min, labels=V):
-    """vLLM's prompt-length histogram (_count and the le="5000.0" bucket the rules read)."""
-    return [
-        series("vllm:request_prompt_tokens_bucket", {**labels, "le": "5000.0"},
-               counter(lambda m: total_per_min(m) - long_per_min(m), minutes)),
-        series("vllm:request_prompt_tokens_count", labels, counter(total_per_min, minutes)),
-    ]
-
-
 DAY = 24 * 60
 CASES["VLLMLongPromptSurge"] = [
     # a day of normal traffic (one long prompt every 10 minutes), then a client floods 8,000-token prompts
-    case(prompts(DAY + 40, lambda m: 30 if m <= DAY else 60, lambda m: (1 if m % 10 == 0 else 0) if m <= DAY else 30),
+    case(prompts_series(DAY + 40, lambda m: 30 if m <= DAY else 60,
+                        lambda m: (1 if m % 10 == 0 else 0) if m <= DAY else 30, V),
          [quiet(DAY, "VLLMLongPromptSurge"),
-          at(DAY + 8, "VLLMLongPromptSurge", expect("VLLMLongPromptSurge", W, "500m"))]),
+          at(DAY + 8, "VLLMLongPromptSurge", expect("VLLMLongPromptSurge", W, "500m", evidence=["50%", "3.333m"]))]),
     # the same steady day continues: quiet
-    case(prompts(DAY + 40, lambda m: 30, lambda m: 1 if m % 10 == 0 else 0), [quiet(DAY + 30, "VLLMLongPromptSurge")]),
+    case(prompts_series(DAY + 40, lambda m: 30, lambda m: 1 if m % 10 == 0 else 0, V), [quiet(DAY + 30, "VLLMLongPromptSurge")]),
     # a replica whose normal traffic is full of long prompts (a document service) stays quiet
-    case(prompts(DAY + 40, lambda m: 30, lambda m: 12), [quiet(DAY + 30, "VLLMLongPromptSurge")]),
+    case(prompts_series(DAY + 40, lambda m: 30, lambda m: 12, V), [quiet(DAY + 30, "VLLMLongPromptSurge")]),
 ]
 
 CASES["VLLMQueueBuildup"] = [
@@ -347,7 +351,8 @@ def replicas(tokens_per_min, running=lambda pod: 8):
 CASES["VLLMReplicaOutlier"] = [
     # the same load, one replica decoding at a fifth of the speed: 200 tokens/s over 8 running requests
     case(replicas([60000, 60000, 60000, 12000]),
-         [at(25, "VLLMReplicaOutlier", expect("VLLMReplicaOutlier", {**W, "pod": "vllm-3", "signal": "throughput"}, "25"))]),
+         [at(25, "VLLMReplicaOutlier", expect("VLLMReplicaOutlier", {**W, "pod": "vllm-3", "signal": "throughput"}, "0.20",
+                                                   evidence=["25"]))]),
     # a replica with a third of the traffic (the router sends it less): fewer running requests at the
     # same speed, not an outlier
     case(replicas([60000, 60000, 60000, 20000], running=lambda i: 3 if i == 3 else 8), [quiet(30, "VLLMReplicaOutlier")]),
@@ -378,10 +383,12 @@ CASES["VLLMPrefixCacheHitRatioLow"] = [
     # one replica's hits fall from 70% to 10% (its routing broke) while the fleet's normal is 70%
     case(prefix_fleet(lambda pod, m: 1000 if pod == "vllm-2" and m > DAY else 7000),
          [quiet(DAY + 20, "VLLMPrefixCacheHitRatioLow"),
-          at(DAY + 45, "VLLMPrefixCacheHitRatioLow", expect("VLLMPrefixCacheHitRatioLow", {**W, "pod": "vllm-2"}, "10%"))]),
+          at(DAY + 45, "VLLMPrefixCacheHitRatioLow", expect("VLLMPrefixCacheHitRatioLow", {**W, "pod": "vllm-2"}, "10%",
+                                                                evidence=["69.61%"]))]),
     # the same on an older release's names
     case(prefix_fleet(lambda pod, m: 1000 if pod == "vllm-2" and m > DAY else 7000, old=True),
-         [at(DAY + 45, "VLLMPrefixCacheHitRatioLow", expect("VLLMPrefixCacheHitRatioLow", {**W, "pod": "vllm-2"}, "10%"))]),
+         [at(DAY + 45, "VLLMPrefixCacheHitRatioLow", expect("VLLMPrefixCacheHitRatioLow", {**W, "pod": "vllm-2"}, "10%",
+                                                                evidence=["69.61%"]))]),
     # a model whose replicas all hit little (no shared prefix in its traffic) is normal for it: quiet
     case(prefix_fleet(lambda pod, m: 1000), [quiet(DAY + 50, "VLLMPrefixCacheHitRatioLow")]),
     # a new pod (a rollout) warms its cache: quiet while younger than the warm-up

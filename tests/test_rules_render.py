@@ -25,6 +25,33 @@ def test_committed_files_are_the_defaults_rendered(tmp_path):
         assert committed == text, f"{rel} drifted: run `vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .`"
 
 
+def _alerts(text):
+    return [r for g in yaml.safe_load(text)["groups"] for r in g["rules"] if "alert" in r]
+
+
+@pytest.mark.parametrize("path", [rules_mod.PLAIN_PATH, "rules/vllm.vmalert.rules.yml"])
+def test_every_alert_reads_as_one_sentence(path):
+    """An on-call paged at night reads the expression to learn why it fired: every alert of the
+    rendered pack is at most 12 lines and 600 characters, its work in named recording rules."""
+    alerts = _alerts((ROOT / path).read_text())
+    assert len(alerts) > 20
+    long = {r["alert"]: (len(r["expr"].splitlines()), len(r["expr"])) for r in alerts
+            if len(r["expr"].splitlines()) > 12 or len(r["expr"]) > 600}
+    assert not long, f"alerts longer than 12 lines or 600 characters (lines, characters): {long}"
+
+
+def test_alerts_compared_with_normal_show_the_normal_beside_their_value():
+    """The evidence: an alert that compares with what is normal says what normal is, through a
+    query in its description (the value beside its normal level); a boolean signal names a
+    PromQL query that shows its inputs."""
+    by_name = {r["alert"]: r for r in _alerts((ROOT / rules_mod.PLAIN_PATH).read_text())}
+    for name in ("VLLMLongPromptSurge", "VLLMGPUBusyLowThroughput", "VLLMReplicaOutlier", "VLLMPrefixCacheHitRatioLow"):
+        d = by_name[name]["annotations"]["description"]
+        assert ("normally" in d or "median" in d) and "| query }}" in d, name
+    for name in ("VLLMEngineStalled", "VLLMTargetDown", "VLLMSidecarInputMissing"):
+        assert "{__name__=~" in by_name[name]["annotations"]["description"], name
+
+
 def test_cli_renders_the_same(tmp_path):
     r = subprocess.run(["python", "-m", "exporter", "rules", "--slo", str(SLO), "--out-dir", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True)

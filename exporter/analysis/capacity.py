@@ -286,7 +286,7 @@ def _evaluate(store: Store, opts: Options, server=None) -> _Evaluated:
         "prompt": c.rec("vllm_prompt_tokens", "rate"), "rqps": c.rec("vllm_requests_finished", "rate"),
         # saturated: requests waited at capacity.saturated_share of the evaluations of the rate window
         # or more (the replica ran at its limit)
-        "saturated": f"avg_over_time(({c.rec('vllm_requests_waiting', 'sum')} > bool 0)[{c.W}:]) "
+        "saturated": f"avg_over_time(({c.rec('vllm_requests_waiting', 'sum')} > bool 0)[{c.rate_window}:]) "
                      f">= {slo['capacity']['saturated_share']:g}",
         "qps": c.mrec("vllm_requests_finished", "rate"), "tokens": c.mrec("vllm_generation_tokens", "rate"),
     }
@@ -301,7 +301,7 @@ def _evaluate(store: Store, opts: Options, server=None) -> _Evaluated:
     except (RuleEvalError, ValueError) as exc:
         raise CapacityError(str(exc)) from None
     rules_end = at_end({**{k: names[k] for k in END_RULES},
-                        "replicas": f"count by ({c.svc}) ({c.rec('vllm_generation_tokens', 'rate')})"})
+                        "replicas": f"count by ({c.per_model}) ({c.rec('vllm_generation_tokens', 'rate')})"})
     names = {**names, "qps": c.mrec("vllm_requests_finished", "rate"),
              "tokens": c.mrec("vllm_generation_tokens", "rate")}
     def end_vec(expr: str) -> Vec:

@@ -55,7 +55,7 @@ def rule_groups(c: Ctx) -> Tuple[List[Group], Dict[str, str]]:
 
 def range_exprs(c: Ctx, range_ms: int) -> Dict[str, str]:
     """Whole-range figures per model, as PromQL evaluated once at the end of the range."""
-    svc, s, r = c.svc, c.s(), format_duration(max(range_ms, 1))
+    svc, s, r = c.per_model, c.selector(), format_duration(max(range_ms, 1))
 
     def inc(metric: str) -> str:
         return f"sum by ({svc}) (increase({metric}{s}[{r}]))"
@@ -80,17 +80,17 @@ def range_exprs(c: Ctx, range_ms: int) -> Dict[str, str]:
     # efficiency over the range, for the replicas serving at its end (the sidecar's GPU series carry
     # no model_name: joined on the replica labels): mean GPU utilization (each replica's GPUs
     # averaged, then the replicas), and output tokens per joule where the GPUs count energy
-    model_of = f"* on ({c.r}) group_left (model_name)\n  group by ({c.r}, model_name) (vllm:num_requests_running{s})"
-    energy = f"sum by ({c.r}) (increase(vllm_sidecar_gpu_energy_joules_total{s}[{r}]))"
-    out["gpu_utilization"] = (f"avg by ({svc}) (\n  avg by ({c.r}) (avg_over_time(vllm_sidecar_gpu_utilization_ratio{s}[{r}]))"
+    model_of = f"* on ({c.per_pod}) group_left (model_name)\n  group by ({c.per_pod}, model_name) (vllm:num_requests_running{s})"
+    energy = f"sum by ({c.per_pod}) (increase(vllm_sidecar_gpu_energy_joules_total{s}[{r}]))"
+    out["gpu_utilization"] = (f"avg by ({svc}) (\n  avg by ({c.per_pod}) (avg_over_time(vllm_sidecar_gpu_utilization_ratio{s}[{r}]))"
                               f"\n  {model_of}\n)")
-    out["tokens_per_joule"] = (f"sum by ({svc}) (\n  sum by ({c.by}) (increase(vllm:generation_tokens_total{s}[{r}]))\n"
-                               f"  and on ({c.r})\n  ({energy} > 0)\n)\n/\n"
+    out["tokens_per_joule"] = (f"sum by ({svc}) (\n  sum by ({c.per_replica}) (increase(vllm:generation_tokens_total{s}[{r}]))\n"
+                               f"  and on ({c.per_pod})\n  ({energy} > 0)\n)\n/\n"
                                f"(sum by ({svc}) (\n  {energy}\n  {model_of}\n) > 0)")
     # GPUs per replica as the sidecars count them (the most any replica of the model has)
-    out["gpus_per_replica"] = (f"max by ({svc}) (\n  count by ({c.r}) (vllm_sidecar_gpu_info{s})\n"
-                               f"  * on ({c.r}) group_left (model_name)\n"
-                               f"  group by ({c.r}, model_name) (vllm:num_requests_running{s})\n)")
+    out["gpus_per_replica"] = (f"max by ({svc}) (\n  count by ({c.per_pod}) (vllm_sidecar_gpu_info{s})\n"
+                               f"  * on ({c.per_pod}) group_left (model_name)\n"
+                               f"  group by ({c.per_pod}, model_name) (vllm:num_requests_running{s})\n)")
     return out
 
 
@@ -136,10 +136,10 @@ def side_exprs(c: Ctx, range_ms: int) -> Dict[str, str]:
     (``capacity_sides``), evaluated once at the end: token sums and counts of the requests, prefix
     cache hits and queries, speculative drafts and accepted tokens (and the sidecar's mean accepted
     length, where vLLM's counters are not scraped)."""
-    s, r = c.s(), format_duration(max(range_ms, 1))
+    s, r = c.selector(), format_duration(max(range_ms, 1))
 
     def inc(metric: str) -> str:
-        return f"sum by ({c.by}) (increase({metric}{s}[{r}]))"
+        return f"sum by ({c.per_replica}) (increase({metric}{s}[{r}]))"
 
     return {
         "prompt_sum": inc("vllm:request_prompt_tokens_sum"), "prompt_count": inc("vllm:request_prompt_tokens_count"),
@@ -149,14 +149,14 @@ def side_exprs(c: Ctx, range_ms: int) -> Dict[str, str]:
         "queries": f"{inc('vllm:prefix_cache_queries_total')}\nor\n{inc('vllm:gpu_prefix_cache_queries_total')}",
         "accepted": inc("vllm:spec_decode_num_accepted_tokens_total"),
         "drafts": inc("vllm:spec_decode_num_drafts_total"),
-        "sidecar_accepted_length": f"avg by ({c.by}) (avg_over_time("
+        "sidecar_accepted_length": f"avg by ({c.per_replica}) (avg_over_time("
                                    f"vllm_sidecar_spec_decode_mean_accepted_length{s}[{r}]))",
     }
 
 
 def role_expr(c: Ctx, range_ms: int) -> str:
     """Each replica's role as its sidecar last said it in the range (pod-level, no model_name)."""
-    return f"max by ({c.r}, role) (last_over_time(vllm_sidecar_role_info{c.s()}[{format_duration(max(range_ms, 1))}]))"
+    return f"max by ({c.per_pod}, role) (last_over_time(vllm_sidecar_role_info{c.selector()}[{format_duration(max(range_ms, 1))}]))"
 
 
 def opencost_exprs(range_ms: int) -> Dict[str, str]:

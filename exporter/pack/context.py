@@ -58,16 +58,16 @@ class Ctx:
         self.sel = slo["selector"].strip().strip(",")
         self.replica = list(slo["replica_labels"])
         self.outer = outer_labels(slo)
-        # every label list a rule writes, outer labels (cluster) first: per replica, per replica
-        # and model, per model, per scrape target
-        self.r = self.by_(*self.replica)
-        self.by = self.by_(*self.replica, "model_name")
-        self.svc = self.by_(*model_labels(self.replica))
+        # every label list a rule writes, outer labels (cluster) first: per pod, per replica
+        # (pod and model), per model, per scrape target
+        self.per_pod = self.by_(*self.replica)
+        self.per_replica = self.by_(*self.replica, "model_name")
+        self.per_model = self.by_(*model_labels(self.replica))
         self.target = self.by_("job", "instance")
         self.who = "/".join(f"{{{{ $labels.{x} }}}}" for x in self.replica)
         w = slo["windows"]
-        self.W = w["rate"]
-        self.S2 = w["sustain"]
+        self.rate_window = w["rate"]  # the recording rules' rate window (windows.rate)
+        self.sustain_window = w["sustain"]  # windows.sustain
         self.windows: Dict[str, str] = dict(w)
 
     # selectors and the usual shapes -------------------------------------------------------
@@ -75,14 +75,14 @@ class Ctx:
         """A ``by (...)``/``on (...)`` label list: the SLO's outer labels, then ``labels``."""
         return ", ".join(grouping(self.slo, labels))
 
-    def s(self, *matchers: str) -> str:
+    def selector(self, *matchers: str) -> str:
         """``{matchers, the SLO's selector}``, or nothing when both are empty."""
         parts = [m for m in matchers if m] + ([self.sel] if self.sel else [])
         return "{" + ", ".join(parts) + "}" if parts else ""
 
     def rate(self, metric: str, window: str = "", *matchers: str) -> str:
         """Per replica and model: ``sum by (replica, model_name) (rate(metric{...}[window]))``."""
-        return f"sum by ({self.by}) (rate({metric}{self.s(*matchers)}[{window or self.W}]))"
+        return f"sum by ({self.per_replica}) (rate({metric}{self.selector(*matchers)}[{window or self.rate_window}]))"
 
     def rec(self, metric: str, op: str, window: str = "") -> str:
         """A per-replica recording rule's name."""
@@ -101,3 +101,52 @@ class Ctx:
     @property
     def model(self) -> str:
         return "{{ $labels.model_name }}"
+
+    # roles (prefill/decode disaggregation) ----------------------------------------------------
+    @property
+    def role(self) -> str:
+        """Each replica's role, one series per replica and model with a ``role`` label, from the
+        sidecar's ``vllm_sidecar_role_info`` (``recording_pd.roles``); ``both`` where the pod has none."""
+        return self.rec("vllm_role", "info")
+
+    @property
+    def by_role(self) -> str:
+        """Per model and role: the group a replica is compared with (a decode instance with decode
+        instances, a replica of role both with the others of role both)."""
+        return f"{self.per_model}, role"
+
+    def with_role(self, per_replica: str) -> str:
+        """A per-replica-and-model expression with its replica's ``role`` label added (the role rule
+        says ``both`` where the pod has no role series; ``both`` too where the rule has no series yet)."""
+        return (f"(\n  {per_replica}\n  * on ({self.per_replica}) group_left (role)\n  {self.role}\n  or on ({self.per_replica})\n"
+                f"  label_replace({per_replica}, \"role\", \"both\", \"\", \"\")\n)")
+
+    def prefill(self) -> str:
+        """The pods of role prefill (join ``on (replica labels)``)."""
+        return f'{self.role}{{role="prefill"}}'
+
+    # evidence in annotations ------------------------------------------------------------------
+    def show(self, query: str, fmt: str = "humanize") -> str:
+        """A template that shows, in an annotation, what ``query`` returns for the alert's replica,
+        through Prometheus' ``query`` template function: the evidence beside the alert's value
+        ("normally 2 %"), ``none`` when it has no value. In ``query``, ``{R}`` is the selector of
+        the alert's replica (its outer, replica and model labels), ``{P}`` that of its pod (no
+        model) and ``{M}`` that of its model."""
+        labels = grouping(self.slo, self.replica + ["model_name"])
+        model = set(model_labels(self.replica)) | set(self.outer)
+
+        def sel(keep) -> str:
+            return "{" + ",".join(f"{x}=%[{i + 1}]q" for i, x in enumerate(labels) if x in keep) + "}"
+
+        pod = set(labels) - {"model_name"}
+        q = query.replace("{R}", sel(set(labels))).replace("{P}", sel(pod)).replace("{M}", sel(model)).replace('"', '\\"')
+        args = " ".join(f"$labels.{x}" for x in labels)
+        return (f'{{{{ with printf "{q}" {args} | query }}}}{{{{ . | first | value | {fmt} }}}}'
+                f"{{{{ else }}}}none{{{{ end }}}}")
+
+    def inputs(self, *metrics: str) -> str:
+        """A PromQL query (labels filled in by the alert) that shows a signal's inputs on the
+        alert's pod: the ``inputs`` annotation of an alert that reads a boolean."""
+        names = "|".join(metrics)
+        pod = ", ".join(f'{x}="{{{{ $labels.{x} }}}}"' for x in self.replica)
+        return f'{{__name__=~"{names}", {pod}}}'

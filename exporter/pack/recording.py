@@ -10,25 +10,13 @@ release and one on a new release both match (``kv_cache_usage_perc`` / ``gpu_cac
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Dict, List, Sequence, Tuple
 
-from . import recording_pd
+from . import conditions, recording_pd
 from .context import CAPACITY, ERR, NOABORT, NOT4XX, QUANTILES, S5XX, Ctx, indent, le_for
+from .recorded import Recording
 
-
-@dataclass(frozen=True)
-class Recording:
-    record: str
-    expr: str
-    labels: Dict[str, str] = field(default_factory=dict)
-
-    def as_rule(self, common: Dict[str, str] = None) -> Dict[str, object]:
-        r: Dict[str, object] = {"record": self.record, "expr": self.expr}
-        labels = {**(common or {}), **self.labels}
-        if labels:
-            r["labels"] = labels
-        return r
+__all__ = ["Recording", "capacity", "capacity_names", "recording_rules"]
 
 
 # (recording-rule metric, vLLM histogram names newest first)
@@ -41,25 +29,34 @@ LATENCY_HISTOGRAMS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
 MEAN_HISTOGRAMS = LATENCY_HISTOGRAMS[:2]
 
 
+def finished(c: Ctx, matcher: str = "") -> str:
+    """Finished requests per second of each replica and model (those whose reason matches
+    ``matcher``), from the recorded rate by reason."""
+    sel = "{" + matcher + "}" if matcher else ""
+    return f"sum by ({c.per_replica}) ({c.rec('vllm_requests_finished_by_reason', 'rate')}{sel})"
+
+
 def throughput(c: Ctx) -> List[Recording]:
     """Tokens and finished requests per second, errors, preemptions and rejections."""
     return [
         Recording(c.rec("vllm_generation_tokens", "rate"), c.rate("vllm:generation_tokens_total")),
         Recording(c.rec("vllm_prompt_tokens", "rate"), c.rate("vllm:prompt_tokens_total")),
-        Recording(c.rec("vllm_requests_finished", "rate"), c.rate("vllm:request_success_total")),
-        Recording(c.rec("vllm_requests_failed", "rate"), c.rate("vllm:request_success_total", "", ERR)),
+        # finished requests by reason, read once per evaluation; every count of finished requests
+        # below (all, errors, all but aborts) sums this one
+        Recording(c.rec("vllm_requests_finished_by_reason", "rate"),
+                  f"sum by ({c.per_replica}, finished_reason) (rate(vllm:request_success_total{c.selector()}[{c.rate_window}]))"),
+        Recording(c.rec("vllm_requests_finished", "rate"), finished(c)),
+        Recording(c.rec("vllm_requests_failed", "rate"), finished(c, ERR)),
         # vLLM creates labelled series lazily on some releases: no "error" series means no error yet
         Recording(c.rec("vllm_request_errors", "ratio_rate"),
-                  f"(\n  {c.rate('vllm:request_success_total', '', ERR)}\n  or\n"
-                  f"  {c.rate('vllm:request_success_total')} * 0\n)\n"
-                  f"/\n({c.rate('vllm:request_success_total', '', NOABORT)} > 0)"),
+                  f"(\n  {finished(c, ERR)}\n  or\n  {finished(c)} * 0\n)\n/\n({finished(c, NOABORT)} > 0)"),
         Recording(c.rec("vllm_preemptions", "rate"), c.rate("vllm:num_preemptions_total")),
         # over the sustain window too: "preempting at every evaluation" is read from this one
-        Recording(c.rec("vllm_preemptions", "rate", c.S2), c.rate("vllm:num_preemptions_total", c.S2)),
+        Recording(c.rec("vllm_preemptions", "rate", c.sustain_window), c.rate("vllm:num_preemptions_total", c.sustain_window)),
         # preemptions counted over a window of many scrapes (60 s scrapes included), so bursts a few
         # minutes apart never read as zero in between
         Recording(c.rec("vllm_preemptions", "increase" + c.windows["preemptions"]),
-                  f"sum by ({c.by}) (increase(vllm:num_preemptions_total{c.s()}[{c.windows['preemptions']}]))"),
+                  f"sum by ({c.per_replica}) (increase(vllm:num_preemptions_total{c.selector()}[{c.windows['preemptions']}]))"),
         Recording(c.rec("vllm_admission_rejections", "rate"), c.rate("vllm:admission_rejections_total")),
     ]
 
@@ -89,7 +86,7 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     Where the sidecar serves ``vllm_sidecar_kv_cache_capacity_wait_poll_ratio`` (the share of its 2 s
     polls with requests held back by the cache, the same explanation made at every poll), the
     held-back signal is that share: what a 15-60 s scrape of a saw-toothing gauge cannot sample."""
-    by, s, svc, kv = c.by, c.s, c.svc, c.slo["kv_cache"]
+    by, s, svc, kv = c.per_replica, c.selector, c.per_model, c.slo["kv_cache"]
     running = c.rec("vllm_requests_running", "sum")
     waiting = c.rec("vllm_requests_waiting", "sum")
     reason = c.rec("vllm_requests_waiting_capacity_reason", "sum")
@@ -110,7 +107,7 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
 
     def held_back_bool(share: str) -> str:
         return (f"clamp_max(\n  {share}\n"
-                f"  + on ({by})\n  (\n    ({c.rec('vllm_preemptions', 'rate', c.S2)} > bool 0)\n"
+                f"  + on ({by})\n  (\n    ({c.rec('vllm_preemptions', 'rate', c.sustain_window)} > bool 0)\n"
                 f"    * on ({by})\n    (max_over_time({wait_share}[{c.windows['held_back']}]) >= bool "
                 f"{kv['held_back_share']})\n    or on ({by})\n    {wait_share} * 0\n  )\n"
                 f"  + on ({by})\n  (({c.rec('vllm_admission_rejections', 'rate')} > bool 0) or on ({by}) {wait_share} * 0),\n"
@@ -123,8 +120,8 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         # per running request: what a replica's decoding speed is, whatever share of the traffic it gets
         # (a replica with less traffic has fewer running requests, not slower ones)
         Recording(c.rec("vllm_generation_tokens_per_running_request", "rate"),
-                  f"{c.rec('vllm_generation_tokens', 'rate')}\n/ on ({c.by})\n"
-                  f"(avg_over_time({c.rec('vllm_requests_running', 'sum')}[{c.W}]) > 0)"),
+                  f"{c.rec('vllm_generation_tokens', 'rate')}\n/ on ({c.per_replica})\n"
+                  f"(avg_over_time({c.rec('vllm_requests_running', 'sum')}[{c.rate_window}]) > 0)"),
         # waiting for scheduling capacity, KV or batch: vLLM's reason, else (old releases) every waiting request
         Recording(reason, f"{by_reason}\nor\n{waiting}"),
         # the batch while nothing waits for capacity: what the traffic asked for, never a held-back batch
@@ -183,7 +180,7 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
 
 def prompts_and_cache(c: Ctx) -> List[Recording]:
     """Long prompts (from vLLM's prompt-length histogram) and the prefix-cache hit ratio."""
-    by = c.by
+    by = c.per_replica
     le_matcher = 'le="' + le_for(c.slo["long_prompt"]["tokens"]) + '"'
     long_rate = c.rec("vllm_long_prompt_requests", "rate")
     return [
@@ -200,25 +197,27 @@ def prompts_and_cache(c: Ctx) -> List[Recording]:
 
 
 def fleet_normal(c: Ctx) -> List[Recording]:
-    """Per model, what one of its replicas does: the model-level series the "compared with
-    normal" alerts take their baseline from. Keyed by the model, never the pod, so the history
-    survives rollouts and replaced pods."""
-    svc, s = c.svc, c.s
+    """Per model and role, what one of its replicas does: the model-level series the "compared with
+    normal" alerts take their baseline from (``conditions.normals``). Keyed by the model and role,
+    never the pod, so the history survives rollouts and replaced pods, and a decode instance's
+    normal is learned from decode instances only."""
+    svc, s, g = c.per_model, c.selector, c.by_role
+    n = conditions.names(c)
 
     def model_rate(new: str, old: str) -> str:
-        return f"sum by ({svc}) (rate({new}{s()}[{c.W}]))\nor\nsum by ({svc}) (rate({old}{s()}[{c.W}]))"
+        return f"sum by ({svc}) (rate({new}{s()}[{c.rate_window}]))\nor\nsum by ({svc}) (rate({old}{s()}[{c.rate_window}]))"
 
     busy = c.slo["gpu_busy_low"]["busy_utilization"]
     return [
         Recording(c.mrec("vllm_long_prompt_requests_per_replica", "rate"),
-                  f"avg by ({svc}) ({c.rec('vllm_long_prompt_requests', 'rate')})"),
+                  f"avg by ({g}) {c.with_role(c.rec('vllm_long_prompt_requests', 'rate'))}"),
         # the same from the sidecars' own windows (their threshold is long_prompt.tokens exactly,
         # the rules' is vLLM's bucket bound at or above it: each is compared with its own kind)
         Recording(c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"),
-                  f"avg by ({svc}) (vllm_sidecar_long_prompt_requests_per_second{s()})"),
+                  f"avg by ({g}) {c.with_role(n['sidecar_long'])}"),
         Recording(c.mrec("vllm_generation_tokens_per_busy_replica", "rate"),
-                  f"avg by ({svc}) (\n  {c.rec('vllm_generation_tokens', 'rate')}\n  and on ({c.r})\n"
-                  f"  (max by ({c.r}) (vllm_sidecar_gpu_mean_utilization_ratio{s()}) >= {busy})\n)"),
+                  f"avg by ({g}) (\n  {c.with_role(c.rec('vllm_generation_tokens', 'rate'))}\n  and on ({c.per_pod})\n"
+                  f"  ({n['gpu_busy']} >= {busy})\n)"),
         Recording(c.mrec("vllm_prefix_cache_hit", "ratio_rate"),
                   f"(\n{indent(model_rate('vllm:prefix_cache_hits_total', 'vllm:gpu_prefix_cache_hits_total'))}\n)\n/\n"
                   f"(\n{indent(model_rate('vllm:prefix_cache_queries_total', 'vllm:gpu_prefix_cache_queries_total'))}\n) > 0"),
@@ -226,13 +225,21 @@ def fleet_normal(c: Ctx) -> List[Recording]:
 
 
 def latency(c: Ctx) -> List[Recording]:
-    """Quantiles of the latency histograms over the rate window, and the means of TTFT and ITL."""
+    """Quantiles of the latency histograms over the rate window, and the means of TTFT and ITL.
+
+    Each histogram's buckets are read once per evaluation, into a per-replica rate per bucket
+    (``..._bucket:rate5m``); its three quantiles, per replica and per model, are taken from that
+    recorded rate (the same numbers: a quantile of the summed rates), not from the raw buckets
+    three and six times over."""
     out = []
     for rname, names in LATENCY_HISTOGRAMS:
-        buckets = "\nor\n".join(f"sum by ({c.by}, le) (rate({n}_bucket{c.s()}[{c.W}]))" for n in names)
+        buckets = c.rec(rname + "_bucket", "rate")
+        out.append(Recording(buckets, "\nor\n".join(f"sum by ({c.per_replica}, le) "
+                                                     f"(rate({n}_bucket{c.selector()}[{c.rate_window}]))"
+                                                     for n in names)))
         for q in QUANTILES:
-            out.append(Recording(c.rec(rname, "histogram_quantile"),
-                                 f"histogram_quantile({q},\n{indent(buckets)}\n)", {"quantile": q}))
+            out.append(Recording(c.rec(rname, "histogram_quantile"), f"histogram_quantile({q}, {buckets})",
+                                 {"quantile": q}))
     for rname, names in MEAN_HISTOGRAMS:
         mean = "\nor\n".join(f"{c.rate(n + '_sum')}\n/\n({c.rate(n + '_count')} > 0)" for n in names)
         out.append(Recording(c.rec(rname, "mean"), mean))
@@ -241,7 +248,7 @@ def latency(c: Ctx) -> List[Recording]:
 
 def per_model(c: Ctx) -> List[Recording]:
     """Per model across its replicas: what the overview and the SLO read."""
-    svc = c.svc
+    svc = c.per_model
     out = [
         Recording(c.mrec(m, "rate"), f"sum by ({svc}) ({c.rec(m, 'rate')})")
         for m in ("vllm_generation_tokens", "vllm_prompt_tokens", "vllm_requests_finished")
@@ -249,7 +256,7 @@ def per_model(c: Ctx) -> List[Recording]:
     for q in QUANTILES:
         out.append(Recording(
             c.mrec("vllm_time_to_first_token_seconds", "histogram_quantile"),
-            f"histogram_quantile({q}, sum by ({svc}, le) (rate(vllm:time_to_first_token_seconds_bucket{c.s()}[{c.W}])))",
+            f"histogram_quantile({q}, sum by ({svc}, le) ({c.rec('vllm_time_to_first_token_seconds_bucket', 'rate')}))",
             {"quantile": q}))
     return out
 
@@ -265,26 +272,26 @@ def burn_windows(slo) -> List[str]:
 def _model_of(c: Ctx) -> str:
     """Which model each replica serves, for series without model_name (the HTTP server's); kept
     for a rate window after the replica is gone, so its last answers still count."""
-    return f"group by ({c.r}, model_name) (last_over_time(vllm:num_requests_running{c.s()}[{c.W}]))"
+    return f"group by ({c.per_pod}, model_name) (last_over_time(vllm:num_requests_running{c.selector()}[{c.rate_window}]))"
 
 
 def _http(c: Ctx, status: str) -> str:
     handler = 'handler=~"' + c.slo["http_handlers"] + '"'
-    return (f"sum by ({c.r}) (rate(http_requests_total{c.s(handler, status)}[{c.W}]))\n"
-            f"* on ({c.r}) group_left (model_name)\n{_model_of(c)}")
+    return (f"sum by ({c.per_pod}) (rate(http_requests_total{c.selector(handler, status)}[{c.rate_window}]))\n"
+            f"* on ({c.per_pod}) group_left (model_name)\n{_model_of(c)}")
 
 
 def availability_errors(c: Ctx) -> str:
     """Failed requests per second of one replica, per the SLO's availability SLI."""
-    engine = c.rate("vllm:request_success_total", "", ERR)
-    zero = f"{c.rate('vllm:request_success_total')} * 0"  # no error series yet: no error yet
+    engine = finished(c, ERR)
+    zero = f"{finished(c)} * 0"  # no error series yet: no error yet
     sli = c.slo["availability_sli"]
     if sli == "engine":
         return f"{engine}\nor\n{zero}"
     if sli == "http":
         return f"(\n{indent(_http(c, S5XX))}\n)\nor\n{zero}"
     # combined: the larger of the two counts, so a request vLLM records twice counts once
-    return (f"max by ({c.by}) (\n"
+    return (f"max by ({c.per_replica}) (\n"
             f"  label_replace(\n{indent(engine, 4)},\n    \"source\", \"engine\", \"\", \"\"\n  )\n  or\n"
             f"  label_replace(\n{indent(_http(c, S5XX), 4)},\n    \"source\", \"http\", \"\", \"\"\n  )\n  or\n"
             f"  {zero}\n)")
@@ -294,7 +301,7 @@ def availability_requests(c: Ctx) -> str:
     """Valid requests per second of one replica: HTTP answers except 4xx (aborts and the
     clients' own mistakes are not the service's), else the engine's finished requests except
     aborts."""
-    engine = c.rate("vllm:request_success_total", "", NOABORT)
+    engine = finished(c, NOABORT)
     if c.slo["availability_sli"] == "engine":
         return engine
     return f"(\n{indent(_http(c, NOT4XX))}\n)\nor\n{engine}"
@@ -311,16 +318,16 @@ def availability(c: Ctx) -> List[Recording]:
     out = [
         Recording(errors, availability_errors(c)),
         Recording(requests, availability_requests(c)),
-        Recording(c.rec("vllm_availability_errors", "ratio_rate"), f"{errors}\n/ on ({c.by})\n({requests} > 0)"),
-        Recording(m_errors, f"sum by ({c.svc}) ({errors})"),
-        Recording(m_requests, f"sum by ({c.svc}) ({requests})"),
+        Recording(c.rec("vllm_availability_errors", "ratio_rate"), f"{errors}\n/ on ({c.per_replica})\n({requests} > 0)"),
+        Recording(m_errors, f"sum by ({c.per_model}) ({errors})"),
+        Recording(m_requests, f"sum by ({c.per_model}) ({requests})"),
     ]
     for w in burn_windows(c.slo):
         name = c.mrec("vllm_availability_errors", "ratio_rate", w)
-        if seconds(w) <= seconds(c.W):  # the rate window itself (shorter ones read it too)
-            expr = f"{m_errors}\n/ on ({c.svc})\n({m_requests} > 0)"
+        if seconds(w) <= seconds(c.rate_window):  # the rate window itself (shorter ones read it too)
+            expr = f"{m_errors}\n/ on ({c.per_model})\n({m_requests} > 0)"
         else:
-            expr = f"sum_over_time({m_errors}[{w}])\n/ on ({c.svc})\n(sum_over_time({m_requests}[{w}]) > 0)"
+            expr = f"sum_over_time({m_errors}[{w}])\n/ on ({c.per_model})\n(sum_over_time({m_requests}[{w}]) > 0)"
         out.append(Recording(name, expr))
     return out
 
@@ -361,7 +368,7 @@ def capacity(c: Ctx) -> List[Recording]:
     that one series: the maximum over time of the maximum over replicas is the same number as
     the other way round, read from one series per model instead of one per replica that lived in
     the last ``capacity.history`` (14 days of samples for each, at every evaluation)."""
-    by, svc, o = c.by, c.svc, c.slo["objectives"]
+    by, svc, o = c.per_replica, c.per_model, c.slo["objectives"]
     n = capacity_names(c)
     gen = c.rec("vllm_generation_tokens", "rate")
     ttft = c.rec("vllm_time_to_first_token_seconds", "histogram_quantile")
@@ -394,7 +401,7 @@ def cost_and_efficiency(c: Ctx) -> List[Recording]:
     replica and over the model's replicas; output tokens per joule from the GPUs' energy counters
     (NVML's total energy, Volta and newer), only over replicas whose GPUs have one."""
     n = capacity_names(c)
-    by, svc, s, r = c.by, c.svc, c.s(), c.r
+    by, svc, s, r = c.per_replica, c.per_model, c.selector(), c.per_pod
     cost = c.slo["cost"]
     price = cost["prices"][cost["fleet"]]
     model_of = _model_of(c)
@@ -416,7 +423,7 @@ def cost_and_efficiency(c: Ctx) -> List[Recording]:
                   f"avg by ({r}) (vllm_sidecar_gpu_utilization_ratio{s})\n* on ({r}) group_left (model_name)\n{model_of}"),
         Recording(n["fleet_gpu_utilization"], f"avg by ({svc}) ({n['gpu_utilization']})"),
         Recording(n["power"],
-                  f"sum by ({r}) (rate(vllm_sidecar_gpu_energy_joules_total{s}[{c.W}]))\n"
+                  f"sum by ({r}) (rate(vllm_sidecar_gpu_energy_joules_total{s}[{c.rate_window}]))\n"
                   f"* on ({r}) group_left (model_name)\n{model_of}"),
         Recording(n["tokens_per_joule"], f"{gen}\n/ on ({by})\n({n['power']} > 0)"),
         Recording(n["fleet_tokens_per_joule"],
@@ -425,14 +432,11 @@ def cost_and_efficiency(c: Ctx) -> List[Recording]:
     ]
 
 
-def _pd(family):
-    """A family of ``recording_pd`` (roles first, so that every rule joining on the role reads this
-    evaluation's; the P/D and speculative families last) as this module's ``Recording``s."""
-    return lambda c: [Recording(r.record, r.expr, dict(r.labels)) for r in family(c)]
-
-
-FAMILIES = (*map(_pd, recording_pd.FIRST), throughput, kv_and_queue, prompts_and_cache, latency, per_model,
-            fleet_normal, availability, capacity, *map(_pd, recording_pd.LAST))
+# the roles first, so that every rule joining on the role reads this evaluation's; the P/D and
+# speculative families last
+FAMILIES = (*recording_pd.FIRST, throughput, kv_and_queue, prompts_and_cache, latency, per_model,
+            conditions.inputs, fleet_normal, conditions.normals, conditions.comparisons, availability, capacity,
+            *recording_pd.LAST)
 
 
 def recording_rules(c: Ctx, families: Sequence = FAMILIES) -> List[Recording]:

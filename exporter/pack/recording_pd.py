@@ -17,18 +17,11 @@ first in the group, so a rule that joins on it reads this evaluation's role.
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple
+from typing import Dict, List
 
 from .context import Ctx, indent
+from .recorded import Recording
 
-
-class Recording(NamedTuple):
-    """One recording rule as this module writes it (``recording.recording_rules`` makes the
-    pack's ``Recording`` of it: this module is read by that one, never the other way)."""
-
-    record: str
-    expr: str
-    labels: Dict[str, str] = {}
 
 AWAKE, DISCARDED = (f'sleep_state="{x}"' for x in ("awake", "discard_all"))
 CAPACITY_WAIT = 'reason="capacity"'
@@ -38,7 +31,7 @@ SIDES = ("prefill", "decode")
 
 def names(c: Ctx) -> Dict[str, str]:
     """The names of this module's rules, for the alerts, dashboards and runbooks."""
-    W, base = c.W, c.windows["baseline"]
+    W, base = c.rate_window, c.windows["baseline"]
     return {
         "role": c.rec("vllm_role", "info"),
         "sleep": c.rec("vllm_engine_sleep_level", "max"),
@@ -72,7 +65,7 @@ def names(c: Ctx) -> Dict[str, str]:
 
 def _sidecar_or(c: Ctx, sidecar: str, raw: str, *matchers: str) -> str:
     """The sidecar's series per replica and model where served, else ``raw``."""
-    return f"max by ({c.by}) ({sidecar}{c.s(*matchers)})\nor on ({c.by})\n{raw}"
+    return f"max by ({c.per_replica}) ({sidecar}{c.selector(*matchers)})\nor on ({c.per_replica})\n{raw}"
 
 
 def _raw_rate(c: Ctx, suffix: str, *matchers: str) -> str:
@@ -82,7 +75,7 @@ def _raw_rate(c: Ctx, suffix: str, *matchers: str) -> str:
 
 def roles(c: Ctx) -> List[Recording]:
     """Each replica's role and whether its engine sleeps (awake engines only are judged)."""
-    by, r, s, W = c.by, c.r, c.s, c.W
+    by, r, s, W = c.per_replica, c.per_pod, c.selector, c.rate_window
     n = names(c)
     replicas = f"group by ({by}) (last_over_time(vllm:num_requests_running{s()}[{W}]))"
     given = (f"max by ({r}, role) (vllm_sidecar_role_info{s()})\nor on ({r})\n"
@@ -107,7 +100,7 @@ def kv_transfer(c: Ctx) -> List[Recording]:
     transfer time p95, bytes per second, expired leases, requests waiting on a fetch, and the share
     of prompt tokens that arrived by transfer (and, of those not found in the local prefix cache,
     the share computed locally: a decode instance's silent transfer failure)."""
-    by, s, W = c.by, c.s, c.W
+    by, s, W = c.per_replica, c.selector, c.rate_window
     n = names(c)
     src = 'source="{}"'
     ext = c.rate("vllm:prompt_tokens_by_source_total", "", src.format("external_kv_transfer"))
@@ -159,7 +152,7 @@ def pd_balance(c: Ctx) -> List[Recording]:
     waiting for capacity (averaged over the rate window) and the KV-cache usage; then whether the
     side is saturated (requests waiting) or has room (none waiting, the cache below
     ``kv_cache.warn``, the load below ``disaggregation.room_load`` where the capacity is known)."""
-    by, svc, s = c.by, c.svc, c.s
+    by, svc, s = c.per_replica, c.per_model, c.selector
     n = names(c)
     d, cap, kv = c.slo["disaggregation"], c.slo["capacity"], c.slo["kv_cache"]
     role = n["role"]
@@ -190,8 +183,8 @@ def pd_balance(c: Ctx) -> List[Recording]:
         Recording(n["side_tokens"], f"{per_side(prompt, 'prefill')}\nor\n{per_side(output, 'decode')}"),
         # per replica, read once for both sides
         Recording(waiting,
-                  f"sum by ({by}) (avg_over_time(vllm:num_requests_waiting_by_reason{s(CAPACITY_WAIT)}[{c.W}]))\n"
-                  f"or on ({by})\nsum by ({by}) (avg_over_time(vllm:num_requests_waiting{s()}[{c.W}]))"),
+                  f"sum by ({by}) (avg_over_time(vllm:num_requests_waiting_by_reason{s(CAPACITY_WAIT)}[{c.rate_window}]))\n"
+                  f"or on ({by})\nsum by ({by}) (avg_over_time(vllm:num_requests_waiting{s()}[{c.rate_window}]))"),
         Recording(n["side_waiting"], f"{per_side(waiting, 'prefill')}\nor\n{per_side(waiting, 'decode')}"),
         Recording(n["side_kv"], f"{per_side(usage, 'prefill')}\nor\n{per_side(usage, 'decode')}"),
         # the side's requests waiting per instance, where at least disaggregation.saturated_waiting
@@ -211,7 +204,7 @@ def speculative(c: Ctx) -> List[Recording]:
     """Speculative decoding per replica: accepted draft tokens over draft tokens, the mean accepted
     length (1 + accepted tokens per draft: tokens per verify step), and the model's acceptance now
     and on average over ``windows.baseline`` ending ``windows.baseline_offset`` ago."""
-    by, svc = c.by, c.svc
+    by, svc = c.per_replica, c.per_model
     n = names(c)
     w = c.windows
     accepted = c.rate("vllm:spec_decode_num_accepted_tokens_total")

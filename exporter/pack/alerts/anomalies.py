@@ -1,43 +1,49 @@
 """Anomalies: what no single threshold catches. GPUs busy with few tokens (the sidecar's learned
-baseline), a stalled engine, one replica unlike its peers, a prefix cache that stopped hitting."""
+baseline), a stalled engine, one replica unlike its peers, a prefix cache that stopped hitting.
+
+The comparisons with normal are recording rules (``conditions``), made per model and role: a
+healthy prefill instance (GPUs busy on prompts, almost no output tokens) is never "busy with few
+tokens" nor slow beside its peers, a decode instance is compared with decode instances only."""
 
 from __future__ import annotations
 
 from typing import List
 
+from .. import conditions, recording_pd
 from ..context import Ctx
 from .alert import Alert
-from .capacity import fleet_normal
+
+BUSY_INPUTS = ("vllm_sidecar_gpu_busy_low_throughput", "vllm_sidecar_gpu_mean_utilization_ratio",
+               "vllm_sidecar_generation_tokens_per_second", "vllm_sidecar_throughput_baseline_tokens_per_second",
+               "vllm_sidecar_throughput_low_threshold_tokens_per_second")
+STALL_INPUTS = ("vllm_sidecar_engine_stalled", "vllm:num_requests_running", "vllm:num_requests_waiting",
+                "vllm:generation_tokens_total")
 
 
 def alerts(c: Ctx) -> List[Alert]:
-    by, s, who, svc, S2 = c.by, c.s, c.who, c.svc, c.S2
+    by, s, who, svc, S2 = c.per_replica, c.selector, c.who, c.per_model, c.sustain_window
+    n = conditions.names(c)
     ol = c.slo["outlier"]
     tok = c.rec("vllm_generation_tokens", "rate")
-    speed = c.rec("vllm_generation_tokens_per_running_request", "rate")
-    ttft95 = f"max without (quantile) ({c.rec('vllm_time_to_first_token_seconds', 'histogram_quantile')}{{quantile=\"0.95\"}})"
     bl = c.slo["gpu_busy_low"]
     pc = c.slo["prefix_cache"]
-    busy = f"max by ({c.r}) (vllm_sidecar_gpu_mean_utilization_ratio{s()}) >= {bl['busy_utilization']}"
-    # the model's normal busy throughput per replica, from the whole fleet's history: a pod with no
-    # history of its own (a new pod, whose sidecar has not learned yet) is still compared
-    normal_busy = fleet_normal(c, c.mrec("vllm_generation_tokens_per_busy_replica", "rate"))
     hit = c.rec("vllm_prefix_cache_hit", "ratio_rate")
-    hit_normal = fleet_normal(c, c.mrec("vllm_prefix_cache_hit", "ratio_rate"))
-    asleep = c.rec("vllm_engine_asleep", "max_over_time" + c.W)  # a sleeping engine is not stalled (recording_pd)
-    age = f"time() - max by ({c.r}) (process_start_time_seconds{s()} and on ({c.target}) vllm:num_requests_running{s()})"
+    speed = c.rec("vllm_generation_tokens_per_running_request", "rate")
+    asleep = recording_pd.names(c)["asleep"]  # a sleeping engine is not stalled
     return [
         Alert("VLLMGPUBusyLowThroughput",
-              f"max by ({by}) (vllm_sidecar_gpu_busy_low_throughput{s()}) == 1\nor\n(\n"
-              f"  {tok}\n  < on ({svc}) group_left ()\n  ({bl['low_throughput_fraction']} * {normal_busy})\n"
-              f"  and on ({c.r})\n  {busy}\n)",
+              f"max by ({by}) (vllm_sidecar_gpu_busy_low_throughput{s()}) == 1 unless on ({c.per_pod}) {c.prefill()}\n"
+              f"or\n{tok} < on ({by}) {bl['low_throughput_fraction']} * {n['busy_normal']}\n"
+              f"and on ({c.per_pod}) {n['gpu_busy']} >= {bl['busy_utilization']}\n"
+              f"unless on ({c.per_pod}) {c.prefill()}",
               "critical",
               f"GPUs busy but few tokens on {who} ({c.model})",
-              "The replica's GPUs are at high utilization but generation throughput is far below normal at that "
-              "load: below the sidecar's learned baseline for this pod, or below what the model's replicas "
-              "normally make while busy (the fleet's history, which a new pod has from its first minute). "
-              "Typical cause: a flood of very long prompts (prefill and recomputation), KV thrashing, or a sick "
-              "GPU. Compare with its peers."),
+              f"GPUs at {c.show(n['gpu_busy'] + '{P}', 'humanizePercentage')} utilization, "
+              f"{c.show(tok + '{R}')} output tokens/s, where a busy replica of this model and role normally "
+              f"makes {c.show(n['busy_normal'] + '{R}')} (the fleet's history; below "
+              f"{bl['low_throughput_fraction']:.0%} of it fires), or below the sidecar's learned baseline for this "
+              f"pod (inputs: {c.inputs(*BUSY_INPUTS)}). Typical cause: a flood of very long prompts (prefill and "
+              f"recomputation), KV thrashing, or a sick GPU. Compare with its peers."),
         Alert("VLLMEngineStalled",
               f"(\n  max by ({by}) (vllm_sidecar_engine_stalled{s()}) == 1\n  or\n"
               f"  {c.rec('vllm_requests_running', 'sum')} > 0\n  and on ({by})\n"
@@ -45,29 +51,30 @@ def alerts(c: Ctx) -> List[Alert]:
               f"unless on ({by}) {asleep}",
               "critical",
               f"vLLM engine stalled on {who} ({c.model})",
-              "Requests are running but no token has been produced for minutes. The engine is hung "
-              "(a stuck collective, a dead worker, a deadlocked scheduler); clients are waiting forever."),
+              f"Requests are running ({{{{ $value }}}}: the sidecar's stall flag, or the requests running) but no "
+              f"token has been produced for {c.human(S2)} or more (normally tokens flow whenever requests run). "
+              "The engine is hung (a stuck collective, a dead worker, a deadlocked scheduler); clients are "
+              f"waiting forever. Inputs: {c.inputs(*STALL_INPUTS)}"),
         Alert("VLLMReplicaOutlier",
-              f"(\n  label_replace(\n    {speed}\n    < on ({svc}) group_left ()\n"
-              f"    ({ol['throughput_factor']} * quantile by ({svc}) (0.5, {speed})),\n"
-              f"    \"signal\", \"throughput\", \"\", \"\"\n  )\n"
-              f"  or\n  label_replace(\n    {ttft95}\n    > on ({svc}) group_left ()\n"
-              f"    ({ol['ttft_factor']} * quantile by ({svc}) (0.5, {ttft95})),\n"
-              f"    \"signal\", \"ttft\", \"\", \"\"\n  )\n)\n"
-              f"and on ({svc})\ncount by ({svc}) ({speed}) >= {ol['min_replicas']}",
+              f"label_replace({n['speed_vs_peers']} < {ol['throughput_factor']}, "
+              f"\"signal\", \"throughput\", \"\", \"\")\nor\n"
+              f"label_replace({n['ttft_vs_peers']} > {ol['ttft_factor']}, \"signal\", \"ttft\", \"\", \"\")",
               "warning",
               f"{who} behaves unlike its peers ({{{{ $labels.signal }}}})",
-              "This replica's {{ $labels.signal }} ({{ $value | humanize }}) is far from the median of the other "
-              "replicas of {{ $labels.model_name }}: one sick replica hides behind a healthy average. Check its "
-              "prompts, KV cache and GPUs; restart or drain it."),
+              f"This replica's {{{{ $labels.signal }}}} is {{{{ $value | printf \"%.2f\" }}}}x the median of the other "
+              f"replicas of {{{{ $labels.model_name }}}} in its role (it warns below {ol['throughput_factor']:g}x "
+              f"for tokens per running request, now {c.show(speed + '{R}')}/s, above {ol['ttft_factor']:g}x for "
+              "TTFT p95): one sick replica hides behind a healthy average. Check its prompts, KV cache and GPUs; "
+              "restart or drain it."),
         Alert("VLLMPrefixCacheHitRatioLow",
               f"{hit} < {pc['min_hit_ratio']}\n"
-              f"and on ({by})\n{hit}\n< on ({svc}) group_left ()\n({pc['fleet_factor']} * {hit_normal})\n"
-              f"and on ({by})\n{c.rec('vllm_requests_finished', 'rate')} > 0\n"
-              f"and on ({c.r})\n({age}) > {c.seconds(pc['warmup']):g}",
+              f"and on ({by}) {hit} < on ({svc}) group_left () {pc['fleet_factor']} * {n['hit_normal']}\n"
+              f"and on ({by}) {c.rec('vllm_requests_finished', 'rate')} > 0\n"
+              f"and on ({c.per_pod}) {n['uptime']} > {c.seconds(pc['warmup']):g}",
               "info",
               f"Low prefix-cache hit ratio on {who} ({c.model})",
-              "Only {{ $value | humanizePercentage }} of prompt tokens came from the prefix cache, far below what "
-              "this model's replicas normally hit. With a fixed system prompt this should be high: check "
-              "cache-aware routing and the prompt template."),
+              f"Only {{{{ $value | humanizePercentage }}}} of prompt tokens came from the prefix cache, where this "
+              f"model's replicas normally hit {c.show(n['hit_normal'] + '{M}', 'humanizePercentage')} (it fires "
+              f"below {pc['fleet_factor']:g}x that and under {pc['min_hit_ratio']:.0%}). With a fixed system "
+              "prompt this should be high: check cache-aware routing and the prompt template."),
     ]

@@ -13,16 +13,15 @@ from .alert import Alert
 
 
 def alerts(c: Ctx) -> List[Alert]:
-    by, svc, who = c.by, c.svc, c.who
+    by, svc, who = c.per_replica, c.per_model, c.who
     n = names(c)
     d = c.slo["disaggregation"]
     awake = f"unless on ({by}) {n['asleep']}"
     slow_at = d["transfer_ttft_share"] * c.slo["objectives"]["ttft_p95_seconds"]
 
     def side(saturated: str, room: str) -> str:
-        return (f"label_replace(\n  max by ({svc}) ({n['side_saturated']}{{role=\"{saturated}\"}})\n"
-                f"  and on ({svc}) {n['side_room']}{{role=\"{room}\"}},\n"
-                f"  \"scale_side\", \"{saturated}\", \"\", \"\"\n)")
+        return (f"label_replace(max by ({svc}) ({n['side_saturated']}{{role=\"{saturated}\"}})\n"
+                f"  and on ({svc}) {n['side_room']}{{role=\"{room}\"}}, \"scale_side\", \"{saturated}\", \"\", \"\")")
     return [
         # explicit failures: vLLM counted them
         Alert("VLLMKVTransferFailing",
@@ -30,7 +29,7 @@ def alerts(c: Ctx) -> List[Alert]:
               f"and on ({by}) {n['failures']} >= {d['min_failures_per_second']:g}\n{awake}",
               "critical",
               f"KV transfers failing on {who} ({c.model})",
-              f"{{{{ $value | humanizePercentage }}}} of KV transfers failed over {c.human(c.W)} (normally 0; pages "
+              f"{{{{ $value | humanizePercentage }}}} of KV transfers failed over {c.human(c.rate_window)} (normally 0; pages "
               f"above {d['transfer_failure_ratio']:.0%}). The decode side cannot load the prefill side's KV: "
               f"requests fail or are computed again.",
               labels={"signal": "failed"}),

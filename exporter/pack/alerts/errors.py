@@ -18,8 +18,8 @@ def _burn_expr(c: Ctx, pairs, budget: float) -> str:
         terms.append((ratio(p["long"]), ratio(p["short"]), limit))
     if len(terms) == 1:
         lng, sht, limit = terms[0]
-        return f"{lng} > {limit}\nand on ({c.svc})\n{sht} > {limit}"
-    return "\nor\n".join(f"(\n  {lng} > {limit}\n  and on ({c.svc})\n  {sht} > {limit}\n)" for lng, sht, limit in terms)
+        return f"{lng} > {limit}\nand on ({c.per_model})\n{sht} > {limit}"
+    return "\nor\n".join(f"{lng} > {limit} and on ({c.per_model}) {sht} > {limit}" for lng, sht, limit in terms)
 
 
 def _pairs_text(pairs) -> str:
@@ -27,7 +27,7 @@ def _pairs_text(pairs) -> str:
 
 
 def alerts(c: Ctx) -> List[Alert]:
-    by, s, who, W = c.by, c.s, c.who, c.W
+    by, s, who, W = c.per_replica, c.selector, c.who, c.rate_window
     o = c.slo["objectives"]
     budget = 1 - o["availability"]
     burn = c.slo["burn_rates"]
@@ -37,7 +37,8 @@ def alerts(c: Ctx) -> List[Alert]:
               f"sum by ({by}) (increase(vllm:corrupted_requests_total{s()}[{W}])) > 0",
               "critical",
               f"vLLM produced corrupted (NaN) outputs on {who} ({c.model})",
-              f"{{{{ $value | humanize }}}} requests had NaN logits in the last {c.human(W)}: answers are garbage. "
+              f"{{{{ $value | humanize }}}} requests had NaN logits in the last {c.human(W)} (normally none): "
+              "answers are garbage. "
               "Suspect the GPU (check XID and ECC), the weights or a bad kernel; take the replica out."),
         Alert("VLLMErrorBudgetBurn", _burn_expr(c, burn["page"], budget),
               "critical",
@@ -57,7 +58,8 @@ def alerts(c: Ctx) -> List[Alert]:
               "warning",
               f"vLLM requests failing on {who} ({c.model})",
               "{{ $value | humanizePercentage }} of this replica's requests failed (the availability SLI's "
-              "count: server errors and errors inside streams, each once; client aborts not counted)."),
+              f"count: server errors and errors inside streams, each once; client aborts not counted), where it "
+              f"warns above {er['max']:.1%}."),
         # the page tier: one replica failing a large share of its requests pages whatever the fleet's
         # size (in a fleet of many, its errors are diluted in the availability budget, whose burn
         # pages only once the 1 h window fills); a floor on the errors' rate keeps a replica with
@@ -68,6 +70,7 @@ def alerts(c: Ctx) -> List[Alert]:
               "critical",
               f"vLLM replica {who} failing many of its requests ({c.model})",
               "{{ $value | humanizePercentage }} of this replica's requests failed (the availability SLI's "
-              "count): its clients see the failures now, whatever the fleet's error budget says.",
+              f"count; it pages above {er['page']:.0%}): its clients see the failures now, whatever the fleet's "
+              "error budget says.",
               rule_id="VLLMErrorRatioHighPage"),
     ]

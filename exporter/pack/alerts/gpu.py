@@ -11,8 +11,8 @@ from .alert import Alert
 
 
 def alerts(c: Ctx) -> List[Alert]:
-    s, who, W = c.s, c.who, c.W
-    gl = f"{c.r}, gpu, uuid"
+    s, who, W = c.selector, c.who, c.rate_window
+    gl = f"{c.per_pod}, gpu, uuid"
     hw = c.windows["hardware_errors"]
     fatal = "|".join(str(x) for x in c.slo["gpu"]["fatal_xids"])
 

@@ -10,7 +10,7 @@ from .alert import Alert
 
 
 def alerts(c: Ctx) -> List[Alert]:
-    who, W = c.who, c.W
+    who, W = c.who, c.rate_window
     o = c.slo["objectives"]
     itl = 1.0 / o["output_tokens_per_second"]
     return [

@@ -1,0 +1,167 @@
+"""Recording rules that hold each alert's work, so that every alert reads as one sentence over
+names that say what they are (``level:metric:operations``, as the kubernetes-mixin names its rules):
+
+    inputs                per-replica inputs the comparisons read (GPU busy, long prompts, uptime)
+    normals               what a replica of a model and role normally does: learned from the
+                          fleet's history, else the median of its peers now
+    comparisons           a replica against that normal (a long-prompt surge, few tokens while
+                          busy, far from its peers), the chronic-overload hold, targets seen down
+
+Each rule is the subexpression an alert wrote inline before, evaluated in the same group before
+the alerts that read it, so an alert reads this evaluation's value: the alerts fire exactly as
+they did. Compared within a model *and role*: a decode instance with decode instances, a replica
+of role ``both`` (every pod without the sidecar's role series) with the others of role both, a
+prefill instance (GPUs busy on prompts, almost no output tokens by design) never on its output.
+Each replica's role is ``recording_pd.roles``' rule (``Ctx.role``), evaluated first.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from .context import TVLLM, Ctx, indent
+from .recorded import Recording
+
+
+def pod_rec(c: Ctx, metric: str, op: str) -> str:
+    """A per-pod (no model) recording rule's name: ``namespace_pod:metric:op``."""
+    return "_".join(c.replica) + f":{metric}:{op}"
+
+
+def target_rec(c: Ctx, metric: str, op: str) -> str:
+    return "_".join(c.replica + ["target"]) + f":{metric}:{op}"
+
+
+def history_normal(c: Ctx, per_replica_model_rate: str, quantile: float = 0.0) -> str:
+    """What one replica of the model (and role) normally does: over the baseline window, the
+    fleet's average (or, with ``quantile``, that quantile of it: what the busier moments of a normal
+    day look like, for a bursty signal), keyed by the model, so it survives rollouts. Only once the
+    history reaches back to the far end of the window (not the first minutes of a new model)."""
+    w = c.windows
+    far = c.seconds(w["baseline"]) + c.seconds(w["baseline_offset"]) - c.seconds(w["baseline_edge"])
+    over = f"[{w['baseline']}] offset {w['baseline_offset']}"
+    level = (f"quantile_over_time({quantile:g}, {per_replica_model_rate}{over})" if quantile
+             else f"avg_over_time({per_replica_model_rate}{over})")
+    return f"{level}\nand\npresent_over_time({per_replica_model_rate}[{w['baseline_edge']}] offset {far:g}s)"
+
+
+def names(c: Ctx) -> dict:
+    """The names of this module's rules, for the alerts, runbooks and dashboards."""
+    sw = c.windows["sidecar"]
+    return {
+        "gpu_busy": pod_rec(c, "vllm_sidecar_gpu_mean_utilization_ratio", "max"),
+        "uptime": pod_rec(c, "vllm_process_uptime_seconds", "max"),
+        "expected_up": pod_rec(c, "vllm_expected_up", "bool"),
+        "targets_up": target_rec(c, "up", "max_seen" + c.windows["target_seen"]),
+        "sidecar_long": c.rec("vllm_sidecar_long_prompt_requests", "rate", sw),
+        "sidecar_long_ratio": c.rec("vllm_sidecar_long_prompt_requests", "ratio_rate", sw),
+        "sidecar_long_normal": c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "normal_rate" + sw),
+        "long_normal": c.mrec("vllm_long_prompt_requests_per_replica", "normal_rate" + c.rate_window),
+        "sidecar_long_surge": c.rec("vllm_sidecar_long_prompt_requests", "above_normal_rate" + sw),
+        "long_surge": c.rec("vllm_long_prompt_requests", "above_normal_rate" + c.rate_window),
+        "busy_normal": c.rec("vllm_generation_tokens_busy_normal", "rate"),
+        "speed_vs_peers": c.rec("vllm_generation_tokens_per_running_request", "ratio_to_peer_median"),
+        "ttft_vs_peers": c.rec("vllm_time_to_first_token_seconds_p95", "ratio_to_peer_median"),
+        "hit_normal": c.mrec("vllm_prefix_cache_hit", "normal_ratio_rate" + c.rate_window),
+        "held_chronic": c.rec("vllm_requests_held_back_chronic", "avg_over_time" + c.windows["episode_recent"]),
+        "preempt_episode": c.rec("vllm_preemptions", "increase" + c.windows["episode"]),
+    }
+
+
+def inputs(c: Ctx) -> List[Recording]:
+    """Per-replica inputs the comparisons read: the GPUs' mean utilization, the sidecar's
+    long-prompt figures, the process's uptime, which targets were seen."""
+    n, s, r = names(c), c.selector, c.per_pod
+    seen = c.windows["target_seen"]
+    read_before = f"max by ({r}) (vllm_sidecar_last_success_timestamp_seconds{s(TVLLM)})"
+    sidecar_age = f"time() - max by ({r}) (vllm_sidecar_process_start_time_seconds{s()})"
+
+    def up(series: str, target: str) -> str:
+        return (f"label_replace(\n  max by ({r}) (up{s()} and on ({c.target}) max_over_time({series}{s()}[{seen}])),\n"
+                f"  \"target\", \"{target}\", \"\", \"\"\n)")
+
+    return [
+        Recording(n["gpu_busy"], f"max by ({r}) (vllm_sidecar_gpu_mean_utilization_ratio{s()})"),
+        Recording(n["sidecar_long"], f"max by ({c.per_replica}) (vllm_sidecar_long_prompt_requests_per_second{s()})"),
+        Recording(n["sidecar_long_ratio"], f"max by ({c.per_replica}) (vllm_sidecar_long_prompt_request_ratio{s()})"),
+        Recording(n["uptime"], f"time() - max by ({r}) (process_start_time_seconds{s()} and on ({c.target}) "
+                               f"vllm:num_requests_running{s()})"),
+        # vLLM is expected to answer this sidecar: it has before, or the startup grace is over (a
+        # new pod loading its model is not down)
+        Recording(n["expected_up"], f"{read_before}\nor\n({sidecar_age}) > {c.seconds(c.windows['startup']):g}"),
+        # the scrape targets of vLLM and of the sidecar seen within windows.target_seen (1 up, 0 down)
+        Recording(n["targets_up"], f"{up('vllm:num_requests_running', 'vllm')}\nor\n"
+                                   f"{up('vllm_sidecar_build_info', 'sidecar')}"),
+    ]
+
+
+def normals(c: Ctx) -> List[Recording]:
+    """What a replica of the model and role normally does: the long-prompt rates (the fleet's
+    history at ``long_prompt.baseline_quantile``, else the median of at least
+    ``outlier.min_replicas`` replicas now; the sidecar's and the rules' each against its own kind),
+    the busy throughput (the fleet's history: a new pod is compared from its first minute), the
+    prefix-cache hit ratio."""
+    n, lp = names(c), c.slo["long_prompt"]
+    g = c.by_role
+    min_replicas = c.slo["outlier"]["min_replicas"]
+
+    def long_normal(now: str, per_replica: str) -> str:
+        now = c.with_role(now)
+        peers = f"quantile by ({g}) (0.5, {now})\nand on ({g})\ncount by ({g}) ({now}) >= {min_replicas}"
+        return f"{history_normal(c, per_replica, lp['baseline_quantile'])}\nor\n(\n{indent(peers)}\n)"
+
+    busy = history_normal(c, c.mrec("vllm_generation_tokens_per_busy_replica", "rate"))
+    return [
+        Recording(n["sidecar_long_normal"],
+                  long_normal(n["sidecar_long"], c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"))),
+        Recording(n["long_normal"],
+                  long_normal(c.rec("vllm_long_prompt_requests", "rate"),
+                              c.mrec("vllm_long_prompt_requests_per_replica", "rate"))),
+        # the busy throughput a replica of its model and role normally makes, beside each replica
+        Recording(n["busy_normal"], f"{c.with_role(c.rec('vllm_generation_tokens', 'rate'))} * 0\n"
+                                    f"+ on ({g}) group_left ()\n(\n{indent(busy)}\n)"),
+        Recording(n["hit_normal"], history_normal(c, c.mrec("vllm_prefix_cache_hit", "ratio_rate"))),
+    ]
+
+
+def comparisons(c: Ctx) -> List[Recording]:
+    """A replica against its normal: the long-prompt rate where it surges (above
+    ``long_prompt.surge_factor`` x normal; with no normal to compare with, at ``floor_share`` of the
+    replica's requests, except on a prefill instance, whose work is prompts), its decoding speed
+    and TTFT p95 as a ratio to its peers' median (with at least ``outlier.min_replicas`` of the same
+    model and role; a prefill instance's speed is not compared: it makes almost no output tokens by
+    design), and the chronic-overload hold."""
+    n, lp, kv = names(c), c.slo["long_prompt"], c.slo["kv_cache"]
+    g, by = c.by_role, c.per_replica
+    speed = c.with_role(c.rec("vllm_generation_tokens_per_running_request", "rate"))
+    ttft = c.with_role(f"max without (quantile) ({c.rec('vllm_time_to_first_token_seconds', 'histogram_quantile')}"
+                       f"{{quantile=\"0.95\"}})")
+    enough = f"count by ({g}) ({speed}) >= {c.slo['outlier']['min_replicas']}"
+
+    def surge(now: str, normal: str, ratio: str) -> str:
+        now = c.with_role(now)
+        compared = f"{now}\n> on ({g}) group_left ()\n({lp['surge_factor']} * {normal})"
+        floor = (f"{now}\nand on ({by})\n({ratio} >= {lp['floor_share']})\nunless on ({g})\n{normal}\n"
+                 f"unless on ({c.per_pod})\n{c.prefill()}")
+        return f"max without (role) (\n{indent(compared)}\n  or\n{indent(floor)}\n)"
+
+    def vs_peers(x: str) -> str:
+        return (f"max without (role) (\n  {x}\n  / on ({g}) group_left ()\n  quantile by ({g}) (0.5, {x})\n"
+                f"  and on ({g})\n  {enough}\n)")
+
+    held_avg = c.rec("vllm_requests_held_back", "avg_over_time" + c.windows["held_back"])
+    held_recent = c.rec("vllm_requests_held_back", "avg_over_time" + c.windows["episode_recent"])
+    return [
+        Recording(n["sidecar_long_surge"], surge(n["sidecar_long"], n["sidecar_long_normal"], n["sidecar_long_ratio"])),
+        Recording(n["long_surge"], surge(c.rec("vllm_long_prompt_requests", "rate"), n["long_normal"],
+                                         c.rec("vllm_long_prompt_requests", "ratio_rate"))),
+        Recording(n["speed_vs_peers"], vs_peers(speed) + f"\nunless on ({c.per_pod})\n{c.prefill()}"),
+        Recording(n["ttft_vs_peers"], vs_peers(ttft)),
+        # chronic overload: requests still held back now, and at kv_cache.episode_share of
+        # windows.episode_recent (what keeps the KV and preemption alerts on between waves)
+        Recording(n["held_chronic"],
+                  f"{held_recent} >= {kv['episode_share']}\nand on ({by})\n{held_avg} > {kv['episode_gate']}"),
+        Recording(n["preempt_episode"],
+                  f"sum by ({by}) (increase(vllm:num_preemptions_total{c.selector()}[{c.windows['episode']}]))"),
+    ]
+
