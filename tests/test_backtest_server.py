@@ -50,7 +50,7 @@ def test_the_inliner_replaces_every_kind_of_reference_to_a_recorded_series():
         {"record": "job:x:q", "expr": "histogram_quantile(0.9, b)", "labels": {"quantile": "0.9"}},
         {"record": "job:x:max", "expr": "max_over_time(job:x:rate5m[1h])"},
         {"alert": "A", "expr": 'job:x:max > 1 and job:x:q{quantile="0.9"} > 2 and job:x:rate5m offset 10m > 0'
-                               ' and job:x:rate5m{job="api"} > 0'},
+                               ' and job:x:rate5m{job="api"} > 0 and job:x:rate5m{job!="batch"} > 0'},
     ])
     inl = Inliner(groups, 30_000)
     text = inl.text(groups[0].rules[-1].expr)
@@ -60,6 +60,7 @@ def test_the_inliner_replaces_every_kind_of_reference_to_a_recorded_series():
     assert 'label_replace((histogram_quantile(0.9, b)), "quantile", "0.9", "", "")' in text
     assert "last_over_time(((sum by (job) (rate(x[5m]))))[1ms:30s] offset 10m)" in text
     assert 'and on (job) label_replace(vector(1), "job", "api", "", "")' in text
+    assert 'unless on (job) label_replace(vector(1), "job", "batch", "", "")' in text  # != drops that value
     parse(text)  # what is sent is PromQL
     with pytest.raises(Unsupported, match="later rule"):
         Inliner(_groups([{"alert": "B", "expr": "a:b:c > 0"}, {"record": "a:b:c", "expr": "vector(1)"}]), 30_000)

@@ -161,9 +161,12 @@ class Inliner:
             for m in others:
                 if m.name in static:
                     continue
-                if m.op != "=":
-                    raise Unsupported(f"selector {sel}: only = matchers on a recorded series' own labels can be inlined")
-                body = f"({body} and on ({m.name}) label_replace(vector(1), {_q(m.name)}, {_q(m.value)}, \"\", \"\"))"
+                if m.op not in ("=", "!="):
+                    raise Unsupported(f"selector {sel}: only = and != matchers on a recorded series' own labels "
+                                      "can be inlined")
+                # = keeps the series with that value, != drops them (a series without the label has "")
+                one = f"label_replace(vector(1), {_q(m.name)}, {_q(m.value)}, \"\", \"\")"
+                body = f"({body} {'and' if m.op == '=' else 'unless'} on ({m.name}) {one})"
             parts.append(body)
         if not parts:
             return "(vector(0) < 0)"  # no rule records what the selector asks for: nothing
