@@ -19,7 +19,7 @@ from the same states at the sidecar's poll interval (``sidecar_sim``); its self-
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
@@ -185,9 +185,12 @@ class Fleet:
         book.put("vllm_sidecar_last_success_timestamp_seconds", {**job, "target": "vllm"}, up & np.isfinite(seen), seen)
         on = up & vup
         # every derived series: the runtime's own derivations over pages at the sidecar's poll interval
-        from .sidecar_sim import SidecarSim
+        from .sidecar_sim import SidecarSim, sidecar_config
 
-        sim = SidecarSim(self.sidecar_cfg)
+        cfg = self.sidecar_cfg or sidecar_config()
+        if pod.role and "role" in {f.name for f in fields(cfg)}:  # a runtime that takes --role: as deployed
+            cfg = replace(cfg, role=pod.role)
+        sim = SidecarSim(cfg)
         derived = sim.run(pod, S, t, on, full_from=self.full_from)
         if pod.role:  # issue 28's series, where the runtime does not serve the name itself
             served = {name for name, _labels in derived}

@@ -10,8 +10,10 @@ slots): ``layout(first)``. Per instance, not per fleet, so that a cut keeps each
 - a decode instance (TP2): 2.8 requests/s at the peak, 250 output tokens each (~700 tokens/s, the
   user's plan per TP2 replica), 30 % of the prompt from its local prefix cache and 98.5 % of the
   rest read over NIXL (~330 MB a transfer for a 70B), 1-3 requests waiting on a KV fetch at any
-  time (counted by vLLM as waiting for capacity), speculative acceptance 0.78 at the first draft
-  position falling by 0.8 per position (mean accepted length 3.3).
+  time, speculative acceptance 0.78 at the first draft position falling by 0.8 per position (mean
+  accepted length 3.3). vLLM 0.33's scheduler counts a fetch not yet started (``waiting_to_start``,
+  still in the waiting queue) as waiting for capacity, and a fetch in progress or loaded but not
+  yet running (``WAITING_FOR_REMOTE_KVS``, a blocked status) as deferred: so do these pods.
 
 Each scenario says what the pack must do (``catalog.Scenario``); ``never`` and ``within`` match
 alert labels too (the balance alert's ``scale_side``).
@@ -57,10 +59,11 @@ def decode_state(i: int, step: float, k: int, busy: bool = True) -> PodState:
     x = load(i, step, busy)
     wob = 0.03 * math.sin(i * 0.9 + k)
     req = 0.3 + 2.5 * x
-    fetch = (1.0 if (i + k) % 3 else 0.0, 1.0 + round(1.5 * x), 1.0 if (i + k) % 5 == 0 else 0.0)
+    fetch = (1.0 if (i + k) % 7 == 0 else 0.0, 1.0 + round(1.5 * x), 1.0 if (i + k) % 5 == 0 else 0.0)
     return PodState(requests=req, prompt_tokens=1200.0, long_share=0.01, output_tokens=250.0,
                     kv_usage=min(0.92, 0.5 + 0.35 * x + wob), running=16.0 + 36.0 * x,
-                    waiting_capacity=sum(fetch), ttft=0.42 + 0.25 * x, itl=0.024 + 0.008 * x, queue=0.02,
+                    waiting_capacity=fetch[0], waiting_deferred=fetch[1] + fetch[2], ttft=0.42 + 0.25 * x,
+                    itl=0.024 + 0.008 * x, queue=0.02,
                     gpu_util=min(0.95, 0.6 + 0.3 * x), prefix_hit=0.3, external_hit=0.985,
                     kv_transfers=req, kv_xfer_time=0.03, kv_post_time=0.002, kv_bytes=3.3e8,
                     kv_descriptors=4000.0, kv_fetch_waiting=fetch[0], kv_fetch_in_progress=fetch[1],
@@ -136,7 +139,7 @@ def pd_transfer_failing(history_h: float = 24.0, step: float = 30.0, pods: int =
             fail = 0.4
             return replace(s, kv_transfers=s.kv_transfers * (1 - fail), kv_transfer_failures=s.requests * fail,
                            external_hit=s.external_hit * (1 - fail), ttft=2.5, gpu_util=0.97,
-                           kv_fetch_in_progress=s.kv_fetch_in_progress + 2)
+                           kv_fetch_in_progress=s.kv_fetch_in_progress + 2, waiting_deferred=s.waiting_deferred + 2)
         return s
     return _scenario("pd-transfer-failing", "P/D: KV transfers failing on a decode instance", "decode", history_h,
                      step, pods, "for 30 minutes 40 % of one decode instance's KV reads fail "
@@ -154,9 +157,7 @@ def pd_transfer_silent(history_h: float = 24.0, step: float = 30.0, pods: int = 
     def change(role, k, i, s):
         if k == 0 and onset <= i < onset + int(30 * 60 / step):
             return replace(s, kv_transfers=0.0, external_hit=0.0, ttft=1.8, gpu_util=0.97, kv_fetch_waiting=0.0,
-                           kv_fetch_in_progress=0.0, kv_fetch_completed=0.0,
-                           waiting_capacity=s.waiting_capacity - s.kv_fetch_waiting - s.kv_fetch_in_progress
-                           - s.kv_fetch_completed)
+                           kv_fetch_in_progress=0.0, kv_fetch_completed=0.0, waiting_capacity=0.0, waiting_deferred=0.0)
         return s
     return _scenario("pd-transfer-silent", "P/D: a decode instance recomputing its prompts (silent transfer failure)",
                      "decode", history_h, step, pods, "for 30 minutes one decode instance reads no KV and recomputes "
@@ -183,20 +184,21 @@ def pd_prefill_flooded(history_h: float = 24.0, step: float = 30.0, pods: int = 
         if role == "decode":
             return replace(s, requests=s.requests * 0.6, kv_transfers=s.kv_transfers * 0.6, kv_usage=0.45,
                            running=s.running * 0.6, ttft=4.5, kv_fetch_waiting=0.0, kv_fetch_completed=0.0,
-                           kv_fetch_in_progress=1.0, waiting_capacity=1.0, gpu_util=0.5)
+                           kv_fetch_in_progress=1.0, waiting_capacity=0.0, waiting_deferred=1.0, gpu_util=0.5)
         return s
     return _scenario("pd-prefill-flooded", "P/D: the prefill side flooded with long prompts", "prefill", history_h,
                      step, pods, "for 30 minutes 40 % of prompts are 8,000 tokens long: the prefill instances' KV fills, "
                                  "6-12 requests held back, TTFT 4-8 s; the decode instances idle at KV 0.45", change,
                      must_fire=('VLLMDisaggregationImbalance{scale_side="prefill"}',),
-                     within={'VLLMDisaggregationImbalance{scale_side="prefill"}': 10.0},
+                     within={'VLLMDisaggregationImbalance{scale_side="prefill"}': 15.0},
                      never=('VLLMDisaggregationImbalance{scale_side="decode"}',))
 
 
 def pd_decode_saturated(history_h: float = 24.0, step: float = 30.0, pods: int = 8) -> Scenario:
-    """The decode side saturated (long generations): KV 0.97-0.99, the batch at its ceiling,
-    loaded KV waiting for a slot (completed_waiting 4-8) and 4-8 more held back, preemptions now and
-    then, ITL doubled; the prefill side has room (its KV waits longer to be read, GPUs at 0.5)."""
+    """The decode side saturated (long generations): KV 0.97-0.99, the batch at its ceiling (64),
+    6-12 arriving requests whose KV fetch cannot start while every slot is taken (waiting for
+    capacity, as vLLM counts them), loaded KV waiting for a slot, preemptions now and then, ITL
+    60 ms; the prefill side has room (GPUs at 0.5, nobody waiting)."""
     _n, onset = _grid(history_h, 0.75, step)
     inside = after(onset, step, 30)
 
@@ -205,17 +207,18 @@ def pd_decode_saturated(history_h: float = 24.0, step: float = 30.0, pods: int =
             return s
         j = (i + k) % 4
         if role == "decode":
-            return replace(s, output_tokens=900.0, kv_usage=0.97 + 0.005 * j, running=64.0, kv_fetch_completed=4.0 + j,
-                           kv_fetch_in_progress=2.0, kv_fetch_waiting=1.0, waiting_capacity=11.0 + 2 * j,
-                           preemptions=0.05 if j == 0 else 0.0, itl=0.06, ttft=2.5, queue=1.5, gpu_util=0.99)
+            return replace(s, output_tokens=900.0, kv_usage=0.97 + 0.005 * j, running=64.0, kv_fetch_waiting=6.0 + 2 * j,
+                           kv_fetch_in_progress=1.0, kv_fetch_completed=3.0, waiting_capacity=6.0 + 2 * j,
+                           waiting_deferred=4.0, preemptions=0.05 if j == 0 else 0.0, itl=0.06, ttft=2.5, queue=1.5,
+                           gpu_util=0.99)
         if role == "prefill":
             return replace(s, requests=s.requests * 0.7, kv_usage=0.7, gpu_util=0.5, running=1.0)
         return s
     return _scenario("pd-decode-saturated", "P/D: the decode side saturated", "decode", history_h, step, pods,
                      "for 30 minutes generations run to 900 tokens: the decode instances' KV at 0.97-0.99, batch at 64, "
-                     "loaded KV waiting for a slot and more held back, ITL 60 ms; the prefill instances at half load",
+                     "6-12 KV fetches that cannot start, ITL 60 ms; the prefill instances at half load",
                      change, must_fire=('VLLMDisaggregationImbalance{scale_side="decode"}',),
-                     within={'VLLMDisaggregationImbalance{scale_side="decode"}': 10.0},
+                     within={'VLLMDisaggregationImbalance{scale_side="decode"}': 15.0},
                      never=('VLLMDisaggregationImbalance{scale_side="prefill"}',))
 
 
@@ -233,7 +236,7 @@ def pd_spec_halved(history_h: float = 24.0, step: float = 30.0, pods: int = 8) -
                      history_h, step, pods, "from the onset the draft acceptance of one decode instance halves (0.78 -> "
                                             "0.39 at the first of 4 positions; mean accepted length 3.3 -> 2.0)", change,
                      must_fire=('VLLMSpecDecodeAcceptanceLow{severity="warning"}',),
-                     within={'VLLMSpecDecodeAcceptanceLow{severity="warning"}': 10.0})
+                     within={'VLLMSpecDecodeAcceptanceLow{severity="warning"}': 20.0})
 
 
 def pd_sleeping(history_h: float = 24.0, step: float = 30.0, pods: int = 8) -> Scenario:
