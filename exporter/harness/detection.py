@@ -242,7 +242,14 @@ def render_matrix(results, raw_results, agreement, slo_path: Optional[str], seco
         "first loud alert. Quiet scenarios: `silent` or when something loud fired. ✗: an expectation not met",
         "(listed below the table). Expectations: the night warns within 1 min and pages within 5; healthy and",
         "rollout silent; errors burn; overload at most 2 episodes a day per loud alert and one per overload; and",
-        "never a first loud alert later than the naive rules'.",
+        "never a first loud alert later than the naive rules'. The P/D fleet (issue 28: prefill and TP2 decode",
+        "instances, `scenarios/pd_catalog.py`): healthy instances and a sleeping engine silent, transfers failing",
+        "page within 5 min, the balance alert names the side to scale (`scale_side`) within 15 and never the other,",
+        "halved speculative acceptance warns within 20, a wedged engine pages within 5. Issue 29's shapes",
+        "(`scenarios/catalog29.py`): a decode-side flood no later than the naive preemption rule, a long-prompt",
+        "surge warned at the first evaluation after the first scrape that shows it, two days of chronic overload",
+        "at most 2 episodes a day per loud alert, bursts of long prompts to KV 0.98 silent. Deadlines on a named",
+        "alert are rounded up to the next evaluation.",
         "",
     ]
     by_sc: Dict[str, list] = {}

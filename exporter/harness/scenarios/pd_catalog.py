@@ -169,7 +169,7 @@ def pd_transfer_silent(history_h: float = 24.0, step: float = 30.0, pods: int = 
 def pd_prefill_flooded(history_h: float = 24.0, step: float = 30.0, pods: int = 8) -> Scenario:
     """Long prompts flood the prefill side (every prefill instance: the proxy spreads them): 40 %
     of prompts of 8,000 tokens, its KV full, 6-12 requests held back, TTFT 4-8 s, GPUs at 1.0. The
-    decode side has room: fewer requests reach it, KV 0.45, no fetch queue."""
+    decode side has room: half the requests reach it, KV 0.45, no fetch queue."""
     _n, onset = _grid(history_h, 0.75, step)
     inside = after(onset, step, 30)
 
@@ -182,8 +182,8 @@ def pd_prefill_flooded(history_h: float = 24.0, step: float = 30.0, pods: int = 
                            waiting_capacity=min(12.0, 2.0 + 2.0 * m), ttft=4.0 + 4.0 * min(1.0, m / 5), queue=3.0,
                            gpu_util=1.0)
         if role == "decode":
-            return replace(s, requests=s.requests * 0.6, kv_transfers=s.kv_transfers * 0.6, kv_usage=0.45,
-                           running=s.running * 0.6, ttft=4.5, kv_fetch_waiting=0.0, kv_fetch_completed=0.0,
+            return replace(s, requests=s.requests * 0.5, kv_transfers=s.kv_transfers * 0.5, kv_usage=0.45,
+                           running=s.running * 0.5, ttft=4.5, kv_fetch_waiting=0.0, kv_fetch_completed=0.0,
                            kv_fetch_in_progress=1.0, waiting_capacity=0.0, waiting_deferred=1.0, gpu_util=0.5)
         return s
     return _scenario("pd-prefill-flooded", "P/D: the prefill side flooded with long prompts", "prefill", history_h,
@@ -198,7 +198,8 @@ def pd_decode_saturated(history_h: float = 24.0, step: float = 30.0, pods: int =
     """The decode side saturated (long generations): KV 0.97-0.99, the batch at its ceiling (64),
     6-12 arriving requests whose KV fetch cannot start while every slot is taken (waiting for
     capacity, as vLLM counts them), loaded KV waiting for a slot, preemptions now and then, ITL
-    60 ms; the prefill side has room (GPUs at 0.5, nobody waiting)."""
+    60 ms; the prefill side has room: half the requests reach it (the clients wait on the slow
+    decodes), GPUs at 0.5, nobody waiting."""
     _n, onset = _grid(history_h, 0.75, step)
     inside = after(onset, step, 30)
 
@@ -212,11 +213,11 @@ def pd_decode_saturated(history_h: float = 24.0, step: float = 30.0, pods: int =
                            waiting_deferred=4.0, preemptions=0.05 if j == 0 else 0.0, itl=0.06, ttft=2.5, queue=1.5,
                            gpu_util=0.99)
         if role == "prefill":
-            return replace(s, requests=s.requests * 0.7, kv_usage=0.7, gpu_util=0.5, running=1.0)
+            return replace(s, requests=s.requests * 0.5, kv_usage=0.7, gpu_util=0.5, running=1.0)
         return s
     return _scenario("pd-decode-saturated", "P/D: the decode side saturated", "decode", history_h, step, pods,
                      "for 30 minutes generations run to 900 tokens: the decode instances' KV at 0.97-0.99, batch at 64, "
-                     "6-12 KV fetches that cannot start, ITL 60 ms; the prefill instances at half load",
+                     "6-12 KV fetches that cannot start, ITL 60 ms; half the requests reach the prefill instances (GPUs 0.5)",
                      change, must_fire=('VLLMDisaggregationImbalance{scale_side="decode"}',),
                      within={'VLLMDisaggregationImbalance{scale_side="decode"}': 15.0},
                      never=('VLLMDisaggregationImbalance{scale_side="prefill"}',))
