@@ -142,8 +142,18 @@ def _cell_text(r) -> str:
         body = "silent" if ours is None else f"loud {_m(ours)}"
     else:
         body = f"{_m(ours)} / **{_m(page)}**"
+    for sel in r.scenario.within:  # the alert the scenario names, when it first fired
+        body += f" · {sel.split('{')[0]} {_m(_first_match(r.scenario, r.pack_tl, sel))}"
     mark = " ✗" if not r.ok else (" (excused)" if r.excused else "")
     return f"{body} · naive {_m(theirs)}{mark}"
+
+
+def _first_match(sc: Scenario, tl: Timeline, sel: str) -> Optional[float]:
+    from .scenarios.judge import matching
+
+    onset = sc.onset_s
+    firsts = [min(t for t in tr.firing_at if t >= onset) for tr in matching(tl, sel) if any(t >= onset for t in tr.firing_at)]
+    return (min(firsts) - onset) / 60.0 if firsts else None
 
 
 @dataclass(frozen=True)
