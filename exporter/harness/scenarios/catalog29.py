@@ -121,7 +121,9 @@ def busy_healthy_long_bursts(history_h: float = 24.0, step: float = 30.0, pods: 
     def state(i: int, k: int) -> PodState:
         s = healthy(i, step, True, k)
         t = book.t(i)
-        b = (t - 600.0 * k) % 1200.0  # seconds since this replica's last burst began
+        # seconds since this replica's last burst began (bursts 5 minutes off the onset, whose first
+        # scrape is where a sidecar started with the scenario has read only a few seconds of traffic)
+        b = (t - 300.0 - 600.0 * k) % 1200.0
         if b >= step:
             return s
         req = s.requests + 3.0 / step
