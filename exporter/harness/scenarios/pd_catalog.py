@@ -63,7 +63,7 @@ def decode_state(i: int, step: float, k: int, busy: bool = True) -> PodState:
     return PodState(requests=req, prompt_tokens=1200.0, long_share=0.01, output_tokens=250.0,
                     kv_usage=min(0.92, 0.5 + 0.35 * x + wob), running=16.0 + 36.0 * x,
                     waiting_capacity=fetch[0], waiting_deferred=fetch[1] + fetch[2], ttft=0.42 + 0.25 * x,
-                    itl=0.024 + 0.008 * x, queue=0.02,
+                    itl=0.018 + 0.004 * x, queue=0.02,
                     gpu_util=min(0.95, 0.6 + 0.3 * x), prefix_hit=0.3, external_hit=0.985,
                     kv_transfers=req, kv_xfer_time=0.03, kv_post_time=0.002, kv_bytes=3.3e8,
                     kv_descriptors=4000.0, kv_fetch_waiting=fetch[0], kv_fetch_in_progress=fetch[1],
