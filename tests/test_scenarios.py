@@ -15,7 +15,9 @@ from conftest import ROOT
 from exporter.harness import matrix
 from exporter.harness.detection import naive_rules_file
 from exporter.harness.matrix import Cell
+from exporter.harness.scenarios import pd_catalog
 from exporter.harness.scenarios.catalog import churn_error_burst, seed_night
+from exporter.harness.scenarios.catalog29 import SCENARIOS29
 from exporter.harness.scenarios.judge import backtest_timeline, judge, promtool_timeline
 from exporter.pack.rules import render_plain
 from exporter.slo import load_slo
@@ -45,11 +47,16 @@ SAMPLE = [
 
 
 def test_the_sample_covers_every_scenario_replica_count_and_interval():
-    assert {c.scenario for c in SAMPLE} == set(matrix.SYNTHETIC) | set(matrix.RECORDED)
+    # the P/D fleet's scenarios and issue 29's shapes have their own sample (test_scenarios_pd.py)
+    others = set(pd_catalog.PD_SCENARIOS) | set(SCENARIOS29)
+    assert {c.scenario for c in SAMPLE} == (set(matrix.SYNTHETIC) - others) | set(matrix.RECORDED)
     assert {c.replicas for c in SAMPLE} == set(matrix.REPLICAS)
     assert {c.scrape for c in SAMPLE} == set(matrix.SCRAPES)
-    assert len(matrix.all_cells()) == len(matrix.SYNTHETIC) * 4 * 4 * 3 + sum(
-        len(matrix.RECORDED_SCRAPES.get(s, matrix.SCRAPES)) for s in matrix.RECORDED)
+    assert len(matrix.all_cells()) == sum(
+        len(matrix.grid(s, "replicas")) * len(matrix.grid(s, "scrapes")) * len(matrix.grid(s, "histories"))
+        for s in matrix.SYNTHETIC) + sum(len(matrix.RECORDED_SCRAPES.get(s, matrix.SCRAPES)) for s in matrix.RECORDED)
+    # the scenarios judged over the whole grid: as before
+    assert len([c for c in matrix.all_cells() if c.scenario not in others]) == 501
 
 
 @pytest.fixture(scope="module")

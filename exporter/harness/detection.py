@@ -142,8 +142,18 @@ def _cell_text(r) -> str:
         body = "silent" if ours is None else f"loud {_m(ours)}"
     else:
         body = f"{_m(ours)} / **{_m(page)}**"
+    for sel in r.scenario.within:  # the alert the scenario names, when it first fired
+        body += f" · {sel.split('{')[0]} {_m(_first_match(r.scenario, r.pack_tl, sel))}"
     mark = " ✗" if not r.ok else (" (excused)" if r.excused else "")
     return f"{body} · naive {_m(theirs)}{mark}"
+
+
+def _first_match(sc: Scenario, tl: Timeline, sel: str) -> Optional[float]:
+    from .scenarios.judge import matching
+
+    onset = sc.onset_s
+    firsts = [min(t for t in tr.firing_at if t >= onset) for tr in matching(tl, sel) if any(t >= onset for t in tr.firing_at)]
+    return (min(firsts) - onset) / 60.0 if firsts else None
 
 
 @dataclass(frozen=True)
@@ -242,7 +252,14 @@ def render_matrix(results, raw_results, agreement, slo_path: Optional[str], seco
         "first loud alert. Quiet scenarios: `silent` or when something loud fired. ✗: an expectation not met",
         "(listed below the table). Expectations: the night warns within 1 min and pages within 5; healthy and",
         "rollout silent; errors burn; overload at most 2 episodes a day per loud alert and one per overload; and",
-        "never a first loud alert later than the naive rules'.",
+        "never a first loud alert later than the naive rules'. The P/D fleet (issue 28: prefill and TP2 decode",
+        "instances, `scenarios/pd_catalog.py`): healthy instances and a sleeping engine silent, transfers failing",
+        "page within 5 min, the balance alert names the side to scale (`scale_side`) within 15 and never the other,",
+        "halved speculative acceptance warns within 20, a wedged engine pages within 5. Issue 29's shapes",
+        "(`scenarios/catalog29.py`): a decode-side flood no later than the naive preemption rule, a long-prompt",
+        "surge warned at the first evaluation after the first scrape that shows it, two days of chronic overload",
+        "at most 2 episodes a day per loud alert, bursts of long prompts to KV 0.98 silent. Deadlines on a named",
+        "alert are rounded up to the next evaluation.",
         "",
     ]
     by_sc: Dict[str, list] = {}

@@ -35,7 +35,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .scenarios import catalog
+from .scenarios import catalog, catalog29, pd_catalog
 from .scenarios.catalog import Scenario
 from .scenarios.fleet import REPLICA_INDEX
 from .scenarios.judge import LOUD, Timeline, Verdict, backtest_timeline, judge
@@ -58,6 +58,7 @@ class Cell:
 
 
 # scenario -> builder(history_h, step, pods): the synthetic scenarios, each over the matrix
+# (issue 28's P/D fleet and issue 29's shapes last)
 SYNTHETIC: Dict[str, Callable[..., Scenario]] = {
     "seed-night": catalog.seed_night,
     "capacity-bound-flood": catalog.capacity_bound_flood,
@@ -70,6 +71,13 @@ SYNTHETIC: Dict[str, Callable[..., Scenario]] = {
         history_h, 8.0, step, pods),
     "production-trace-conv": lambda history_h, step, pods: catalog.production_trace("conv", history_h, step, pods),
     "production-trace-code": lambda history_h, step, pods: catalog.production_trace("code", history_h, step, pods),
+    **pd_catalog.PD_SCENARIOS,
+    **catalog29.SCENARIOS29,
+}
+# the replica counts, scrape intervals and histories of the scenarios not judged over the whole grid
+CELLS: Dict[str, Dict[str, Tuple]] = {
+    **{name: {"replicas": r} for name, r in pd_catalog.PD_REPLICAS.items()},
+    **catalog29.CELLS29,
 }
 RECORDED: Dict[str, Callable[[float], Scenario]] = {
     "recorded-long-prompt-flood": catalog.recorded_flood,
@@ -93,11 +101,22 @@ EXCUSED: Dict[Tuple[str, str], str] = {
         "the sidecar and Prometheus start in the middle of the flood: no batch was ever seen uncontended, so the "
         "waits (at 0.55-0.68 usage) cannot be told from a full batch, and a flood's batch is never learned as the "
         "ceiling; give the ceiling (`kv_cache.max_num_seqs`, the sidecar's `--max-num-seqs`) and it pages at once"),
+    ("pd-spec-acceptance-halved", "none"): (
+        "nothing learned: Prometheus and the sidecar start with the acceptance already halved, and the halved "
+        "draft still yields 2.0 tokens per verify step, above the 1.7x the SLO file plans; the warning is due "
+        "against a learned level (history 1h, 1d), or at once where the fleet's other decode instances give one"),
 }
 
 
+def grid(scenario: str, axis: str) -> Tuple:
+    """The replicas, scrapes or histories a synthetic scenario's cells cover."""
+    return CELLS.get(scenario, {}).get(axis) or {"replicas": REPLICAS, "scrapes": SCRAPES,
+                                                  "histories": tuple(HISTORIES)}[axis]
+
+
 def all_cells() -> List[Cell]:
-    out = [Cell(s, r, i, h) for s in SYNTHETIC for r in REPLICAS for i in SCRAPES for h in HISTORIES]
+    out = [Cell(s, r, i, h) for s in SYNTHETIC for r in grid(s, "replicas") for i in grid(s, "scrapes")
+           for h in grid(s, "histories")]
     out += [Cell(s, 1, i, "recorded") for s in RECORDED for i in RECORDED_SCRAPES.get(s, SCRAPES)]
     return out
 
@@ -179,7 +198,7 @@ def scenario_for(cell: Cell, exact: bool = False) -> Scenario:
     if cell.history == "recorded":
         return RECORDED[cell.scenario](float(cell.scrape))
     step = base_step(cell.scrape)
-    pods = cell.replicas if exact or cell.replicas == 1 else max(REPLICAS)
+    pods = cell.replicas if exact or cell.replicas == 1 else max(grid(cell.scenario, "replicas"))
     return cut(_rendered(cell.scenario, cell.history, step, pods), cell.replicas, float(cell.scrape))
 
 
@@ -239,9 +258,9 @@ def evaluate(cell: Cell, pack_rules: Path, naive_rules: Path, exact: bool = Fals
     ours, theirs = first_loud(sc, ptl), first_loud(sc, ntl)
     if theirs is not None and not sc.quiet and (ours is None or ours > theirs + 1e-9):
         problems.append(f"later than the naive rules: {ours} against {theirs} min")
-    if sc.name == "chronic-overload":  # one overload period that lasts hours: at most 2 a day
+    if sc.max_per_day is not None:  # an overload that lasts hours: at most this many a day
         for a, n in episodes_per_day(sc, ptl).items():
-            if n > 2:
+            if n > sc.max_per_day:
                 problems.append(f"{a}: {n:g} episodes a day")
     why = EXCUSED.get((cell.scenario, cell.history), "")
     if why and problems and not raw_only:

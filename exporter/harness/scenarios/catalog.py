@@ -5,7 +5,8 @@ chronic overload on an old vLLM release, and on the user's night.
 Each scenario is a ``Scenario``: a ``Book`` of scraped series (see ``fleet``), the step at which
 the trouble starts (``onset``), and what the pack must do: ``quiet`` (no warning or critical
 alert at all), ``first_warning`` / ``first_page`` (the latest acceptable minutes after onset),
-``must_fire`` (alerts that must fire), ``max_episodes`` (per alert and replica).
+``must_fire`` (alerts that must fire), ``max_episodes`` (per alert and replica), ``within`` and
+``never`` (alerts matched by labels too, e.g. ``scale_side``), ``max_per_day``.
 
 ``history`` is how much normal traffic precedes the onset. The defaults are what the checked
 claims are made on (a day, so that every baseline window is full); tests may pass less to run
@@ -54,6 +55,12 @@ class Scenario:
     replicas: int = 0  # the matrix's coordinates, for the reports
     history_h: float = 0.0
     expect_episodes: Dict[str, int] = field(default_factory=dict)  # alert -> exactly this many episodes (all replicas)
+    # alert selectors (``judge.selector``: a name, or ``Name{label="value",...}``) -> the latest
+    # minutes after onset of its first firing, rounded up to the next evaluation (0: the first
+    # evaluation at or after the onset's scrape)
+    within: Dict[str, float] = field(default_factory=dict)
+    never: Tuple[str, ...] = ()  # alert selectors that must never fire
+    max_per_day: Optional[float] = None  # loud episodes a day per alert and replica, at most
 
     @property
     def origin(self) -> float:
@@ -320,7 +327,7 @@ def chronic_overload(history_h: float = 1.0, step: float = 30.0, pods: int = 1, 
     loud = ("VLLMKVCacheExhausted", "VLLMPreemptionsSustained", "VLLMQueueBuildup", "VLLMTTFTHigh", "VLLMTTFTMeanHigh",
             "VLLMInterTokenLatencyHigh", "VLLMLongPromptSurge", "VLLMGPUBusyLowThroughput")
     return Scenario("chronic-overload", "Chronic overload with flickering symptoms, twice, an hour apart", book,
-                    onset=onset, must_fire=("VLLMKVCacheExhausted",),
+                    onset=onset, must_fire=("VLLMKVCacheExhausted",), max_per_day=2,
                     max_episodes={a: 2 for a in loud}, expect_episodes={"VLLMKVCacheExhausted": 2 * pods},
                     notes=f"{pods} replica(s) of a current release with the sidecar; two overloads of {hours:g} h, "
                           f"{gap_h:g} h apart: KV usage 0.85-1.0, requests held back in waves of 1-4 minutes every "

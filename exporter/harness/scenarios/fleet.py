@@ -19,11 +19,12 @@ from the same states at the sidecar's poll interval (``sidecar_sim``); its self-
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
 
+from . import pd
 from .series import Book
 from .shapes import HISTOGRAMS, PodState, kv_at, lognormal_cdf, real_bounds  # noqa: F401 - read from here too
 
@@ -40,6 +41,10 @@ class Pod:
     namespace: str = "llm"
     old_release: bool = False
     with_sidecar: bool = True
+    # a vLLM 0.33 pod of a P/D fleet (``pd``): prefill, decode or both; "" for the pods of the
+    # older scenarios (none of the role, connector, sleep or speculative series)
+    role: str = ""
+    spec_tokens: int = 0  # speculative decoding: draft tokens per step (0: off)
 
     def alive(self, i: int) -> bool:
         return i >= self.start and (self.end is None or i < self.end)
@@ -144,7 +149,10 @@ class Fleet:
         self._hist("vllm:time_to_first_token_seconds", lab, req, lambda x: lognormal_cdf(x, ttft, 0.5),
                    ttft * math.exp(0.125), up)
         itl_name = "vllm:inter_token_latency_seconds" if not old else "vllm:time_per_output_token_seconds"
-        self._hist(itl_name, lab, gen, lambda x: lognormal_cdf(x, itl, 0.3), itl * math.exp(0.045), up,
+        # one gap between each two tokens: a role pod (0.33 page) counts them as vLLM does, so a prefill
+        # instance's single output token makes none (the older scenarios keep one per token)
+        gaps = gen if not pod.role else req * np.maximum(S["output_tokens"] - 1.0, 0.0)
+        self._hist(itl_name, lab, gaps, lambda x: lognormal_cdf(x, itl, 0.3), itl * math.exp(0.045), up,
                    bounds_of="vllm:inter_token_latency_seconds")
         e2e = ttft + itl * S["output_tokens"]
         self._hist("vllm:e2e_request_latency_seconds", lab, req, lambda x: lognormal_cdf(x, e2e, 0.5),
@@ -162,6 +170,8 @@ class Fleet:
         self._counter("http_requests_total", {**http, "status": "2xx"}, req - non_streamed, up)
         self._counter("http_requests_total", {**http, "status": "5xx"}, non_streamed + S["http_failures"], up)
         book.put("process_start_time_seconds", job, up, book.t(pod.start) - 90.0)
+        if pod.role:
+            pd.write_vllm(self, pod, S, up, lab)
 
     def _sidecar(self, pod: Pod, S: Dict[str, np.ndarray], up: np.ndarray, vup: np.ndarray, job: Dict[str, str]) -> None:
         book, n = self.book, self.book.n
@@ -175,9 +185,18 @@ class Fleet:
         book.put("vllm_sidecar_last_success_timestamp_seconds", {**job, "target": "vllm"}, up & np.isfinite(seen), seen)
         on = up & vup
         # every derived series: the runtime's own derivations over pages at the sidecar's poll interval
-        from .sidecar_sim import SidecarSim
+        from .sidecar_sim import SidecarSim, sidecar_config
 
-        derived = SidecarSim(self.sidecar_cfg).run(pod, S, t, on, full_from=self.full_from)
+        cfg = self.sidecar_cfg or sidecar_config()
+        if pod.role:  # the sidecar is given the pod's role (--role), as deployed
+            cfg = replace(cfg, role=pod.role)
+        sim = SidecarSim(cfg)
+        derived = sim.run(pod, S, t, on, full_from=self.full_from)
+        if pod.role:  # issue 28's series, where the runtime does not serve the name itself
+            served = {name for name, _labels in derived}
+            for key, row in pd.sidecar_series(pod, S, book.step, sim.cfg.window).items():
+                if "vllm_sidecar_" + key[0] not in served:
+                    derived[("vllm_sidecar_" + key[0], key[1])] = row
         for (name, labels), row in derived.items():
             where = on & ~np.isnan(row)
             if where.any():

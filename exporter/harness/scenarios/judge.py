@@ -10,6 +10,7 @@ evaluation, and the alerts it reports instead are the timeline, every label read
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
@@ -171,6 +172,24 @@ def promtool_timeline(scenario: Scenario, rules_file: Path, alerts: Sequence[str
     return Timeline(interval, sorted(tracks.values(), key=lambda t: (t.alert, sorted(t.labels.items()))))
 
 
+_SELECTOR = re.compile(r'^(\w+)(?:\{(.*)\})?$')
+
+
+def selector(text: str) -> Tuple[str, Dict[str, str]]:
+    """An alert selector: ``Name`` or ``Name{label="value",...}`` (exact matches; the alert's own
+    labels, severity included)."""
+    m = _SELECTOR.match(text.strip())
+    if not m:
+        raise ValueError(f"not an alert selector: {text!r}")
+    return m.group(1), dict(_PAIR.findall(m.group(2) or ""))
+
+
+def matching(tl: Timeline, text: str) -> List[AlertTrack]:
+    """The tracks of ``tl`` that the selector matches."""
+    name, want = selector(text)
+    return [tr for tr in tl.tracks if tr.alert == name and all(tr.labels.get(k) == v for k, v in want.items())]
+
+
 @dataclass
 class Verdict:
     scenario: str
@@ -215,10 +234,21 @@ def judge(scenario: Scenario, tl: Timeline) -> Verdict:
         got = sum(len(tr.episodes(tl.interval)) for tr in tl.tracks if tr.alert == a)
         if got != want:
             problems.append(f"{a}: {got} episodes in all, expected {want} (one per overload and replica)")
-    fired = {tr.alert for tr in tl.tracks}
     for a in scenario.must_fire:
-        if a not in fired:
+        if not matching(tl, a):
             problems.append(f"{a} never fired")
+    for a in scenario.never:
+        got = matching(tl, a)
+        if got:
+            problems.append(f"{a} fired (it must not): " + ", ".join(
+                f"on {tr.labels.get('pod', '')} at {(min(tr.firing_at) - onset) / 60.0:+.1f}m" for tr in got))
+    for a, minutes in scenario.within.items():
+        deadline = math.ceil((onset + minutes * 60.0) / tl.interval - 1e-9) * tl.interval
+        firsts = [min(t for t in tr.firing_at if t >= onset) for tr in matching(tl, a)
+                  if any(t >= onset for t in tr.firing_at)]
+        if not firsts or min(firsts) > deadline + 1e-6:
+            when = f"{(min(firsts) - onset) / 60.0:+g}m" if firsts else "never"
+            problems.append(f"{a}: first at {when}, needed by +{(deadline - onset) / 60.0:g}m")
     if scenario.first_warning is not None and (first_warning is None or first_warning > scenario.first_warning):
         problems.append(f"first warning at {first_warning}, needed by +{scenario.first_warning}m")
     if scenario.first_page is not None and (first_page is None or first_page > scenario.first_page):

@@ -99,3 +99,23 @@ class PodState:
     vllm_up: bool = True               # vLLM answers its /metrics
     sidecar_up: bool = True
     prefix_hit: float = 0.6            # prefix-cache hit ratio
+    # prefill/decode disaggregation (``pd``; only pods with a KV connector write these series)
+    kv_transfers: float = 0.0          # KV transfers completed per second (read by the decode side)
+    kv_transfer_failures: float = 0.0  # failed transfers per second (vLLM counts handshakes and notifications in)
+    kv_notification_failures: float = 0.0  # failed notifications per second (also in the failures above)
+    kv_expired: float = 0.0            # requests per second whose KV lease expired (prefill side)
+    kv_notifications_after_expiry: float = 0.0  # per second (prefill side)
+    kv_xfer_time: float = 0.04         # median seconds per transfer
+    kv_post_time: float = 0.002        # median seconds to post a transfer
+    kv_bytes: float = 0.0              # mean bytes per transfer
+    kv_descriptors: float = 120.0      # mean descriptors per transfer
+    kv_fetch_waiting: float = 0.0      # requests whose KV load has not started (decode side)
+    kv_fetch_in_progress: float = 0.0
+    kv_fetch_completed: float = 0.0    # loaded, not running yet
+    transferred_share: float = 0.0     # share of prompt tokens that arrived by KV transfer (decode side)
+    external_hit: float = 0.0          # connector prefix-cache hits / queries (decode side)
+    # speculative decoding (pods with ``spec_tokens``): the share of drafts whose first token is
+    # accepted, and how that share falls from one draft position to the next
+    spec_accept: float = 0.0
+    spec_decay: float = 0.8
+    sleep_level: int = 0               # 0 awake, 1 weights offloaded, 2 discard all (vLLM's sleep mode)

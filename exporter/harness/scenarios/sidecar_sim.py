@@ -33,7 +33,7 @@ from ...runtime.collectors.vllm import signal_points
 from ...runtime.config import Config, build
 from ...runtime.inputs import Reader, Snapshot
 from ...runtime.rolling import Windows
-from ...runtime.signals import Baseline, derive_view, mean_utilization, tracker_for
+from ...runtime.signals import Baseline, derive_view, learnable, mean_utilization, tracker_for
 
 POLL_INTERVAL = 2.0
 HISTORY_DERIVE = 15.0  # s: before ``full_from``, derive at most this often (see the docstring)
@@ -62,6 +62,19 @@ _KEYS = {
     "vllm:request_queue_time_seconds": "queue_time", "vllm:request_prompt_tokens": "prompt_length",
     "vllm:request_generation_tokens": "generation_length",
 }
+
+
+def routed(name: str, extra: str = "", model: str = "m", engine: str = "0"):
+    """The runtime reader's route of a vLLM series (labels as the writer writes them), or None
+    when the runtime does not read it."""
+    from ...runtime.inputs import Route, route
+
+    labels = [("engine", engine), ("model_name", model)] if engine else [("model_name", model)]
+    if extra:
+        k, v = extra.split("=", 1)
+        labels.append((k, v.strip('"')))
+    r = route(name, tuple(labels))
+    return r if isinstance(r, Route) and r.input is not None else None
 
 
 class PageWriter:
@@ -93,6 +106,25 @@ class PageWriter:
         self.hist_sum: Dict[str, float] = {}
         self.hist_cnt: Dict[str, float] = {}
         self.start = 0.0
+        self._routes: Dict[Tuple[str, str], Tuple[str, str]] = {}
+
+    def _key(self, name: str, extra: str) -> Tuple[str, str]:
+        """The runtime's (input, extra label value) of a series, as its reader routes it."""
+        if name in _KEYS:
+            return _KEYS[name], (extra.split('"')[1] if extra else "")
+        got = self._routes.get((name, extra))
+        if got is None:
+            r = routed(name, extra, self.model, self.engine)
+            got = self._routes[(name, extra)] = (r.input.key, r.extra)
+        return got
+
+    def add_hist_kind(self, name: str, bounds: Sequence[float]) -> None:
+        """One more histogram on the page (its bounds, +Inf last)."""
+        les = tuple(bounds) + (math.inf,)
+        from .pd import le_text
+
+        self.hists.append((name, tuple((le_text(x), x) for x in les)))
+        self._les[name] = les
 
     def add(self, name: str, inc: float, extra: str = "") -> None:
         key = (name, extra)
@@ -131,8 +163,7 @@ class PageWriter:
         snap = Snapshot(t=t)
         resolved = {}
         for (name, extra), v in {**self.ctr, **self.gauges}.items():
-            key = _KEYS[name]
-            x = extra.split('"')[1] if extra else ""
+            key, x = self._key(name, extra)
             snap.values[(key, m, e, x)] = snap.values.get((key, m, e, x), 0.0) + v
             resolved[key] = name
         for (k, mm, ee, x), v in snap.values.items():
@@ -141,7 +172,7 @@ class PageWriter:
             tot = self.hist_tot.get(name)
             if tot is None:
                 continue
-            key = _KEYS[name]
+            key = self._key(name + "_count", "")[0] if name not in _KEYS else _KEYS[name]
             buckets = tuple(zip(self._les[name], tot.tolist()))
             h = Hist(buckets=buckets, sum=self.hist_sum[name], count=self.hist_cnt[name])
             snap.hists[(key, m, e)] = h
@@ -173,6 +204,24 @@ class SidecarSim:
 
     def __init__(self, cfg: Optional[Config] = None) -> None:
         self.cfg = cfg or sidecar_config()
+
+    @staticmethod
+    def _role_series(pod, S, writer: PageWriter, frl) -> list:
+        """A role pod's vLLM 0.33 series (``pd``) that the runtime reads, onto its pages: the
+        counters and gauges returned (name, extra label text, counter?, values per step), the
+        histograms registered with the writer and added to ``frl``."""
+        from . import pd
+
+        out = []
+        for name, labels, kind, v in pd.series(pod, S):
+            extra = _extra_text(labels)
+            if routed(name, extra, pod.model, writer.engine) is not None:
+                out.append((name, extra, kind == "c", v.tolist()))
+        for name, bounds, rate, cdf, mean in pd.histograms(pod, S):
+            if routed(name + "_count", "", pod.model, writer.engine) is not None:
+                writer.add_hist_kind(name, bounds)
+                frl[name] = (rate.tolist(), mean.tolist(), cdf(np.array([*bounds, math.inf])))
+        return out
 
     def run(self, pod, S: Dict[str, np.ndarray], times: np.ndarray, on: np.ndarray,
             full_from: float = -math.inf) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], np.ndarray]:
@@ -207,7 +256,8 @@ class SidecarSim:
         put("vllm:time_to_first_token_seconds", req, ttft * math.exp(0.125),
             lambda x: lognormal_cdf(x[None, :], ttft[:, None], 0.5), "vllm:time_to_first_token_seconds")
         itl_name = "vllm:inter_token_latency_seconds" if not old else "vllm:time_per_output_token_seconds"
-        put(itl_name, gen, itl * math.exp(0.045), lambda x: lognormal_cdf(x[None, :], itl[:, None], 0.3),
+        gaps = gen if not pod.role else req * np.maximum(outt - 1.0, 0.0)  # as ``fleet`` counts them
+        put(itl_name, gaps, itl * math.exp(0.045), lambda x: lognormal_cdf(x[None, :], itl[:, None], 0.3),
             "vllm:inter_token_latency_seconds")
         put("vllm:e2e_request_latency_seconds", req, e2e * math.exp(0.125),
             lambda x: lognormal_cdf(x[None, :], e2e[:, None], 0.5), "vllm:e2e_request_latency_seconds")
@@ -225,6 +275,7 @@ class SidecarSim:
         L = {k: v.tolist() for k, v in S.items()}
         gen_l, req_l, pm_l, err_l = gen.tolist(), req.tolist(), prompt_mean.tolist(), err.tolist()
         frl = {name: (rate.tolist(), mean.tolist(), cdf) for name, (rate, mean, cdf) in fr.items()}
+        extras = self._role_series(pod, S, writer, frl) if pod.role else []
         was_on = False
         stride = max(1, int(round(HISTORY_DERIVE / step)))
         last: List[Tuple[np.ndarray, float]] = []  # the last derivation's rows and values, held in history
@@ -259,6 +310,11 @@ class SidecarSim:
                 writer.add(f"{pre}_hits_total", rq * pm * hit_i * dt)
                 for name, cdf_i, rate_i, mean_i in hist_i:
                     writer.add_hist(name, cdf_i * (rate_i * dt), rate_i * dt, mean_i)
+                for name, extra, counter, vals in extras:
+                    if counter:
+                        writer.add(name, vals[i] * dt, extra)
+                    else:
+                        writer.set(name, vals[i], extra)
                 writer.set(kv_name, kv_at(t, kv_i, saw_i))
                 writer.set("vllm:num_requests_running", run_i)
                 writer.set("vllm:num_requests_waiting", wc_i + wd_i)
@@ -286,11 +342,10 @@ class SidecarSim:
             # at 5-10 s scrapes and thins it at longer ones)
             util = mean_utilization(list(util_hist), t_i, cfg.window)
             signals = derive_view(windows.view(t_i), cfg, util, baseline, tracker)
-            if util is not None and util >= cfg.busy_utilization:
-                    for m in signals.models:
-                        g = m.throughput.generation_tokens_per_second
-                        if g is not None and not (m.busy_low and m.busy_low.flagged):
-                            baseline.record(m.model, t_i, g)
+            for m in signals.models:  # learned as the sidecar learns: never from degraded time
+                rate = learnable(m, util, cfg.busy_utilization, cfg.role, cfg.long_prompt_surge_per_second)
+                if rate is not None:
+                    baseline.record(m.model, t_i, rate)
             last = []
             for p in signal_points(signals):
                 key = ("vllm_sidecar_" + p.name, tuple(sorted(p.labels.items())))
@@ -301,3 +356,7 @@ class SidecarSim:
                 last.append((row, p.value))
         return out
 
+
+
+def _extra_text(labels: Dict[str, str]) -> str:
+    return ",".join(f'{k}="{v}"' for k, v in labels.items())
