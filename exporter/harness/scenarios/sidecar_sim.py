@@ -118,6 +118,13 @@ class PageWriter:
             got = self._routes[(name, extra)] = (r.input.key, r.extra)
         return got
 
+    def _counted(self, name: str) -> bool:
+        """Whether the reader takes only this histogram's count, as a counter input."""
+        from ...runtime.inputs import COUNTER
+
+        r = routed(name + "_count", "", self.model, self.engine)
+        return r is not None and r.input.kind == COUNTER
+
     def add_hist_kind(self, name: str, bounds: Sequence[float]) -> None:
         """One more histogram on the page (its bounds, +Inf last)."""
         les = tuple(bounds) + (math.inf,)
@@ -173,6 +180,11 @@ class PageWriter:
             if tot is None:
                 continue
             key = self._key(name + "_count", "")[0] if name not in _KEYS else _KEYS[name]
+            if name not in _KEYS and self._counted(name):  # only the count is read (``iterations``)
+                snap.values[(key, m, e, "")] = snap.values.get((key, m, e, ""), 0.0) + self.hist_cnt[name]
+                snap.by_model.setdefault((key, m), []).append((e, "", self.hist_cnt[name]))
+                resolved[key] = name + "_count"
+                continue
             buckets = tuple(zip(self._les[name], tot.tolist()))
             h = Hist(buckets=buckets, sum=self.hist_sum[name], count=self.hist_cnt[name])
             snap.hists[(key, m, e)] = h
