@@ -413,6 +413,7 @@ SCHEMA: Dict[str, Check] = {
     "long_prompt.tokens": _number(1),
     "long_prompt.surge_factor": _number(1),
     "long_prompt.min_per_second": _number(0),
+    "long_prompt.min_count": _number(0),
     "long_prompt.baseline_quantile": _number(0, 1, open_lo=True),
     "queue.min_waiting": _number(0),
     "prefix_cache.min_hit_ratio": _number(0, 1),

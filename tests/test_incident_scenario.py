@@ -33,7 +33,7 @@ EXPECTED_INCIDENT = {
     "VLLMLongPromptSurge": 1,         # rules' 5m rate over 3x the model's normal at +1 (no sidecar rate here), no for
     "VLLMGPUBusyLowThroughput": 5,    # sidecar flags it at +3, 2m for
     "VLLMKVCacheExhausted": 6,        # waits with the cache at the warn level at 3 of every 4 evaluations of 2m, 30s for
-    "VLLMPreemptionsSustained": 5,    # preempting from +3: 2 in 5m with some in the 5m before (the normal ones), 30s for
+    "VLLMPreemptionsSustained": 4,    # preempting from +3: 2 in 5m with some in the 5m before (the normal ones), no for
                                       # (the chronic hold, which fired it at +4, now also needs waits at 0.15 of 10m)
     "VLLMQueueBuildup": 11,           # 10 waiting and growing at +6, 5m for
     "VLLMTTFTHigh": 12,               # p95 over 3 s from +2, 10m for

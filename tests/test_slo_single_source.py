@@ -28,14 +28,14 @@ availability_sli: engine
 burn_rates:
   page: [{long: 2h, short: 7m, factor: 13}, {long: 8h, short: 40m, factor: 4.5}]
   ticket: [{long: 4d, short: 9h, factor: 1.5}]
-kv_cache: {warn: 0.87, critical: 0.93, held_back_share: 0.8, held_back_scrapes: 6, batch_room: 0.85, max_num_seqs: 24,
+kv_cache: {warn: 0.87, critical: 0.93, held_back_share: 0.8, held_back_scrapes: 7, batch_room: 0.85, max_num_seqs: 24,
           episode_share: 0.17, episode_gate: 0.04}
 preemptions: {min_events: 7, episode_events: 9}
-long_prompt: {tokens: 7000, surge_factor: 3.5, min_per_second: 0.07, baseline_quantile: 0.92, floor_share: 0.18}
+long_prompt: {tokens: 7000, surge_factor: 3.5, min_per_second: 0.07, min_count: 11, baseline_quantile: 0.92, floor_share: 0.18}
 queue: {min_waiting: 12}
 prefix_cache: {min_hit_ratio: 0.35, fleet_factor: 0.55, warmup: 50m}
 error_ratio: {max: 0.04, page: 0.27, page_min_per_second: 0.06}
-outlier: {throughput_factor: 0.45, ttft_factor: 2.5, min_replicas: 6}
+outlier: {throughput_factor: 0.45, ttft_factor: 2.5, min_replicas: 7}
 gpu_busy_low: {busy_utilization: 0.85, low_throughput_fraction: 0.35, throughput_floor: 12,
                baseline_horizon: 4h, baseline_quantile: 0.85, baseline_min_busy: 20m}
 stall: {after: 45s}

@@ -25,6 +25,11 @@ def alerts(c: Ctx) -> List[Alert]:
     ratio = f"{n['sidecar_long_ratio']}{{R}} or {c.rec('vllm_long_prompt_requests', 'ratio_rate')}{{R}}"
     both = 'label_replace(vector(1), "role", "both", "", "")'
     normal = f"({n['sidecar_long_normal']}{{M}} or {n['long_normal']}{{M}}) and on (role) ({c.role}{{P}} or on () {both})"
+
+    def floor(window: str) -> float:
+        """The least long-prompt rate a surge has over ``window``: min_per_second, and min_count in it."""
+        return max(lp["min_per_second"], lp["min_count"] / c.seconds(window))
+
     preempt = c.rec("vllm_preemptions", "increase" + c.windows["preemptions"])
     return [
         # Requests held back by the KV cache (waiting for capacity it cannot give, preempted, or
@@ -59,7 +64,8 @@ def alerts(c: Ctx) -> List[Alert]:
               f"{c.human(episode)} of chronic overload), and keeps doing so: the KV cache cannot hold the running "
               "batch, work is recomputed and latency suffers."),
         Alert("VLLMLongPromptSurge",
-              f"(\n  {n['sidecar_long_surge']}\n  or\n  {n['long_surge']}\n)\n> {lp['min_per_second']}",
+              f"{n['sidecar_long_surge']} > {floor(c.windows['sidecar']):g}\nor\n"
+              f"({n['long_surge']} unless on ({by}) {n['sidecar_long_surge']}) > {floor(c.rate_window):g}",
               "warning",
               f"Surge of prompts over {lp['tokens']:g} tokens on {who} ({c.model})",
               f"{{{{ $value | humanize }}}} long prompts per second (over {lp['tokens']:g} tokens, vLLM bucket "
