@@ -109,33 +109,10 @@ def main() -> None:
     ap.add_argument("--encoders", default="child,inprocess", help="the encoders the download rounds take turns with")
     ns = ap.parse_args()
 
-    from exporter.harness import pagetransform as pt
-    from exporter.harness.fakenvml import FakeNvml, make_gpus
-    from exporter.runtime import config
-    from exporter.runtime.flight import FlightService, Recorder
-    from exporter.runtime.nvml import NvmlSource
+    from exporter.runtime.flight import FlightService
     from exporter.runtime.server import SidecarServer
-    from exporter.runtime.sidecar import Sidecar
 
-    base = (ROOT / "tests" / "fixtures" / "vllm" / "after_load.txt").read_text()
-    n = [0]
-
-    def page():
-        n[0] += 1
-        return pt.scale_counters(base, 1 + n[0] * 0.001)
-
-    polls = int(ns.minutes * 60)
-    clock = [time.time() - polls]
-    live = [False]
-    cfg = config.build({"poll_interval": 1, "window": 60, "gpu": "nvml"}, {})
-    rec = Recorder(minutes=ns.minutes + 5)
-    sc = Sidecar(cfg, page, NvmlSource(FakeNvml(make_gpus(2))), clock=lambda: time.time() if live[0] else clock[0],
-                 recorder=rec)
-    t0 = time.perf_counter()
-    for _ in range(polls):
-        sc.poll_once()
-        clock[0] += 1
-    fill_s = time.perf_counter() - t0
+    sc, rec, live, fill_s = filled_sidecar(ns.minutes)
     live[0] = True
     stats = rec.stats()
     kw = {"max_encoders": ns.max_encoders} if ns.max_encoders is not None else {}
@@ -204,13 +181,51 @@ def main() -> None:
         for f in services.values():
             f.close()
 
+    print(f"record: {stats['polls']} polls ({ns.minutes:g} min at 1 s), {stats['bytes'] / 2**20:.2f} MiB held, "
+          f"filled in {fill_s:.0f} s")
+    print_rounds(res, downloads, cpu, missed, kinds, services)
+
+
+def filled_sidecar(minutes: float):
+    """A real sidecar (simulated GPUs) with its flight recorder, polled once a simulated second for
+    ``minutes`` over a real vLLM page whose counters grow; its clock turns to the wall clock when
+    the returned ``live[0]`` is set. Returns (sidecar, recorder, live, seconds the filling took)."""
+    from exporter.harness import pagetransform as pt
+    from exporter.harness.fakenvml import FakeNvml, make_gpus
+    from exporter.runtime import config
+    from exporter.runtime.flight import Recorder
+    from exporter.runtime.nvml import NvmlSource
+    from exporter.runtime.sidecar import Sidecar
+
+    base = (ROOT / "tests" / "fixtures" / "vllm" / "after_load.txt").read_text()
+    n = [0]
+
+    def page():
+        n[0] += 1
+        return pt.scale_counters(base, 1 + n[0] * 0.001)
+
+    polls = int(minutes * 60)
+    clock = [time.time() - polls]
+    live = [False]
+    cfg = config.build({"poll_interval": 1, "window": 60, "gpu": "nvml"}, {})
+    rec = Recorder(minutes=minutes + 5)
+    sc = Sidecar(cfg, page, NvmlSource(FakeNvml(make_gpus(2))), clock=lambda: time.time() if live[0] else clock[0],
+                 recorder=rec)
+    t0 = time.perf_counter()
+    for _ in range(polls):
+        sc.poll_once()
+        clock[0] += 1
+    return sc, rec, live, time.perf_counter() - t0
+
+
+def print_rounds(res, downloads, cpu, missed, kinds, services) -> None:
+    """What the rounds measured: the downloads, the polls' lateness, the sidecar's CPU and the
+    scrape latency table per kind of round, with the ratios to the quiet rounds."""
     def row(kind):
         xs = res[kind]
         return (f"| {kind} | {len(xs)} | {q(xs, 0.5) * 1000:.1f} | {q(xs, 0.95) * 1000:.1f} | "
                 f"{q(xs, 0.99) * 1000:.1f} | {max(xs) * 1000:.1f} |")
 
-    print(f"record: {stats['polls']} polls ({ns.minutes:g} min at 1 s), {stats['bytes'] / 2**20:.2f} MiB held, "
-          f"filled in {fill_s:.0f} s")
     for k in kinds:
         ok = [d for d in downloads[k] if d[2] == 200]
         busy = [d for d in downloads[k] if d[2] == 503]

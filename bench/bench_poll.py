@@ -168,13 +168,20 @@ def main():
         return
     texts = pages()
     n = args.polls
+    rows = cpu_rows(texts, n)
+    memory = memory_figures(texts, args.soak_polls)
+    top = profile_top(texts)
+    lines = poll_report(n, rows, top, memory, args.soak_polls)
+    text = "\n".join(lines) + "\n"
+    if args.write:
+        write_sections(Path(args.write), text, ("## Poll loop", "## Flight recorder", "## Memory"))
+        print(f"wrote {args.write}")
+
+
+def cpu_rows(texts, n: int) -> list:
+    """CPU per poll of the sidecar and of the obvious poller, in process and end to end (the page
+    from a server in another process): (how the page arrives, shape, obvious, sidecar) rows."""
     rows = []
-    lines = []
-
-    def say(s=""):
-        print(s, flush=True)
-        lines.append(s)
-
     # in-process ---------------------------------------------------------------------------
     obvious = Cycle(texts)
     base = cpu_per_call(lambda: list(text_string_to_metric_families(obvious())), max(50, n // 4))
@@ -212,19 +219,27 @@ def main():
                      cpu_per_call(poll, n)))
     finally:
         server.terminate()
+    return rows
 
-    # memory -------------------------------------------------------------------------------
+
+def memory_figures(texts, soak_polls: int) -> tuple:
+    """The resident set at 20 polls/s once the window is full and ``soak_polls`` later, with the
+    ring's length and the number of running totals."""
     sc, poll = sidecar(Cycle(texts), 0.05)
     for _ in range(1200 + 100):
         poll()
     rss_full = rss_mb()
-    for _ in range(args.soak_polls):
+    for _ in range(soak_polls):
         poll()
     rss_after = rss_mb()
     ring = sc.windows.ring_length()
     totals = sc.windows.totals_count()
+    return rss_full, rss_after, ring, totals
 
-    # profile ------------------------------------------------------------------------------
+
+def profile_top(texts) -> list:
+    """The poll loop's top 10 functions by own time (in process, default shape, 300 polls):
+    (function, share of the loop's time, calls per poll)."""
     sc, poll = sidecar(Cycle(texts), 2.0)
     for _ in range(50):
         poll()
@@ -241,8 +256,19 @@ def main():
     for (fname, lineno, func), (_cc, nc, tt, _ct, _callers) in sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:10]:
         where = f"{Path(fname).name}:{lineno}" if fname != "~" else "builtin"
         top.append((f"`{func}` ({where})", tt / total if total else 0.0, nc / 300))
+    return top
 
-    # report -------------------------------------------------------------------------------
+
+def poll_report(n: int, rows: list, top: list, memory: tuple, soak_polls: int) -> list:
+    """The sections "Poll loop", "Flight recorder" (measured here) and "Memory", printed as they
+    are made; returns their lines."""
+    rss_full, rss_after, ring, totals = memory
+    lines = []
+
+    def say(s=""):
+        print(s, flush=True)
+        lines.append(s)
+
     say("## Poll loop")
     say()
     say(f"`make bench` (`bench/bench_poll.py --polls {n}`), {time.strftime('%Y-%m-%d')}: "
@@ -279,14 +305,11 @@ def main():
     say()
     say(f"Resident set of the benchmark process at 20 polls/s (60 s window: {ring} snapshots of {totals} running "
         f"totals in the ring): {rss_full:.1f} MB once the window is full, {rss_after:.1f} MB after "
-        f"{args.soak_polls:,} more polls (flat: the ring is a fixed number of `array('d')` rows, series and "
+        f"{soak_polls:,} more polls (flat: the ring is a fixed number of `array('d')` rows, series and "
         "caches are bounded). The target is 60 MB or less and flat. The day-long soak with changing pages "
         "(`tests/test_soak.py`, `bench/soak.py` for the long variant) checks the same with tracemalloc.")
     say()
-    text = "\n".join(lines) + "\n"
-    if args.write:
-        write_sections(Path(args.write), text, ("## Poll loop", "## Flight recorder", "## Memory"))
-        print(f"wrote {args.write}")
+    return lines
 
 
 def flight_section(polls: int = 300, rounds: int = 5) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -239,55 +239,12 @@ class SidecarSim:
             full_from: float = -math.inf) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], np.ndarray]:
         """``S``: the pod's state columns per step (``fleet``); ``on``: steps at which vLLM
         answers and the sidecar runs. Returns {(name, labels): values per step (NaN: absent)}."""
-        from .shapes import kv_at, lognormal_cdf, real_bounds
-
         cfg = self.cfg
         n = len(times)
         step = float(times[1] - times[0]) if n > 1 else POLL_INTERVAL
-        old = pod.old_release
-        writer = PageWriter(pod.model, old)
-        retention = max(cfg.window, cfg.stall_seconds) + 3 * max(cfg.poll_interval, step)
-        windows = Windows(cfg.window, retention, cfg.poll_interval)
-        tracker = tracker_for(cfg)
-        baseline = Baseline(horizon=cfg.baseline_horizon, spacing=max(cfg.poll_interval, 10.0))
-        util_hist: deque = deque()
+        sidecar = _SidecarState(cfg, step)
+        pages = _PodPages(pod, S, times)
         out: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], np.ndarray] = {}
-        req, share, ptok, ltok = S["requests"], S["long_share"], S["prompt_tokens"], S["long_tokens"]
-        prompt_mean = (1 - share) * ptok * math.exp(0.18) + share * ltok
-        gen = req * S["output_tokens"]
-        err = np.minimum(S["engine_errors"], req)
-        ttft, itl, q, outt = S["ttft"], S["itl"], S["queue"], S["output_tokens"]
-        e2e = ttft + itl * outt
-        # per step and bucket: the share of observations at or below each bound
-        fr: Dict[str, Tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-
-        def put(name, rate, mean, cdf, bounds_name):
-            xs = np.array([x for _le, x in real_bounds(bounds_name)])
-            fr[name] = (rate, mean, cdf(xs))
-
-        put("vllm:time_to_first_token_seconds", req, ttft * math.exp(0.125),
-            lambda x: lognormal_cdf(x[None, :], ttft[:, None], 0.5), "vllm:time_to_first_token_seconds")
-        itl_name = "vllm:inter_token_latency_seconds" if not old else "vllm:time_per_output_token_seconds"
-        gaps = gen if not pod.role else req * np.maximum(outt - 1.0, 0.0)  # as ``fleet`` counts them
-        put(itl_name, gaps, itl * math.exp(0.045), lambda x: lognormal_cdf(x[None, :], itl[:, None], 0.3),
-            "vllm:inter_token_latency_seconds")
-        put("vllm:e2e_request_latency_seconds", req, e2e * math.exp(0.125),
-            lambda x: lognormal_cdf(x[None, :], e2e[:, None], 0.5), "vllm:e2e_request_latency_seconds")
-        put("vllm:request_queue_time_seconds", req, q * math.exp(0.32),
-            lambda x: lognormal_cdf(x[None, :], q[:, None], 0.8), "vllm:request_queue_time_seconds")
-        put("vllm:request_prompt_tokens", req, prompt_mean,
-            lambda x: (1 - share[:, None]) * lognormal_cdf(x[None, :], ptok[:, None], 0.6)
-            + share[:, None] * lognormal_cdf(x[None, :], ltok[:, None], 0.05), "vllm:request_prompt_tokens")
-        put("vllm:request_generation_tokens", req, outt,
-            lambda x: lognormal_cdf(x[None, :], outt[:, None], 0.5), "vllm:request_generation_tokens")
-        pre = "vllm:prefix_cache" if not old else "vllm:gpu_prefix_cache"
-        kv_name = "vllm:kv_cache_usage_perc" if not old else "vllm:gpu_cache_usage_perc"
-        writer.start = float(times[0]) - 90.0
-        checked = False
-        L = {k: v.tolist() for k, v in S.items()}
-        gen_l, req_l, pm_l, err_l = gen.tolist(), req.tolist(), prompt_mean.tolist(), err.tolist()
-        frl = {name: (rate.tolist(), mean.tolist(), cdf) for name, (rate, mean, cdf) in fr.items()}
-        extras = self._role_series(pod, S, writer, frl) if pod.role else []
         was_on = False
         stride = max(1, int(round(HISTORY_DERIVE / step)))
         last: List[Tuple[np.ndarray, float]] = []  # the last derivation's rows and values, held in history
@@ -295,79 +252,184 @@ class SidecarSim:
             t_i = float(times[i])
             if not on[i]:
                 if was_on:  # vLLM gone (or the sidecar): its windows start again when it is back
-                    windows.reset()
-                    tracker.reset()
-                    util_hist.clear()
+                    sidecar.reset()
                 was_on = False
                 continue
             dt_poll = cfg.poll_interval if t_i >= full_from else step
             k = max(1, int(round(step / dt_poll)))
             dt = step / k
-            g, rq, pm, er = gen_l[i], req_l[i], pm_l[i], err_l[i]
-            ok = rq - er
-            pre_i, rej_i, hit_i = L["preemptions"][i], L["rejections"][i], L["prefix_hit"][i]
-            hist_i = [(name, cdf[i], rate[i], mean[i]) for name, (rate, mean, cdf) in frl.items()]
-            kv_i, saw_i = L["kv_usage"][i], L["kv_saw"][i]
-            run_i, wc_i, wd_i = L["running"][i], L["waiting_capacity"][i], L["waiting_deferred"][i]
+            pages.begin_step(i)
+            util_i = pages.gpu_util[i]
             for j in range(k):
                 t = t_i - step + (j + 1) * dt
-                writer.add("vllm:generation_tokens_total", g * dt)
-                writer.add("vllm:prompt_tokens_total", rq * pm * dt)
-                for reason, r in (("stop", ok * 0.8), ("length", ok * 0.2), ("abort", 0.0), ("error", er)):
-                    writer.add("vllm:request_success_total", r * dt, f'finished_reason="{reason}"')
-                if not old:
-                    writer.add("vllm:num_preemptions_total", pre_i * dt)
-                    writer.add("vllm:admission_rejections_total", rej_i * dt, 'reason="max_num_queued_reqs"')
-                writer.add(f"{pre}_queries_total", rq * pm * dt)
-                writer.add(f"{pre}_hits_total", rq * pm * hit_i * dt)
-                for name, cdf_i, rate_i, mean_i in hist_i:
-                    writer.add_hist(name, cdf_i * (rate_i * dt), rate_i * dt, mean_i)
-                for name, extra, counter, vals in extras:
-                    if counter:
-                        writer.add(name, vals[i] * dt, extra)
-                    else:
-                        writer.set(name, vals[i], extra)
-                writer.set(kv_name, kv_at(t, kv_i, saw_i))
-                writer.set("vllm:num_requests_running", run_i)
-                writer.set("vllm:num_requests_waiting", wc_i + wd_i)
-                if not old:
-                    writer.set("vllm:num_requests_waiting_by_reason", wc_i, 'reason="capacity"')
-                    writer.set("vllm:num_requests_waiting_by_reason", wd_i, 'reason="deferred"')
-                if not checked:
-                    snap = writer.check(t)
-                    checked = True
-                else:
-                    snap = writer.snapshot(t)
-                windows.add(snap)
-                tracker.observe(snap)
-                util_hist.append((t, L["gpu_util"][i]))
-                while util_hist and util_hist[0][0] < t - cfg.window:
-                    util_hist.popleft()
+                sidecar.observe(pages.poll(i, t, dt), t, util_i)
             resumed = not was_on
             was_on = True
             if t_i < full_from and stride > 1 and i % stride and not resumed and last:
                 for row, v in last:
                     row[i] = v
                 continue
-            # derived at the scrape: what the sidecar serves then (the baseline keeps one sample
-            # per 10 s at most, so learning at each scrape instead of each poll changes nothing
-            # at 5-10 s scrapes and thins it at longer ones)
-            util = mean_utilization(list(util_hist), t_i, cfg.window)
-            signals = derive_view(windows.view(t_i), cfg, util, baseline, tracker)
-            for m in signals.models:  # learned as the sidecar learns: never from degraded time
-                rate = learnable(m, util, cfg.busy_utilization, cfg.role, cfg.long_prompt_surge_per_second)
-                if rate is not None:
-                    baseline.record(m.model, t_i, rate)
-            last = []
-            for p in signal_points(signals):
-                key = ("vllm_sidecar_" + p.name, tuple(sorted(p.labels.items())))
-                row = out.get(key)
-                if row is None:
-                    row = out[key] = np.full(n, np.nan)
-                row[i] = p.value
-                last.append((row, p.value))
+            last = _serve(out, sidecar.derive(t_i), i, n)
         return out
 
+
+class _SidecarState:
+    """What the sidecar keeps from poll to poll: the rolling windows, the capacity tracker, the
+    learned baseline and the recent GPU utilization, fed by ``observe`` and read by ``derive``."""
+
+    def __init__(self, cfg: Config, step: float) -> None:
+        self.cfg = cfg
+        retention = max(cfg.window, cfg.stall_seconds) + 3 * max(cfg.poll_interval, step)
+        self.windows = Windows(cfg.window, retention, cfg.poll_interval)
+        self.tracker = tracker_for(cfg)
+        self.baseline = Baseline(horizon=cfg.baseline_horizon, spacing=max(cfg.poll_interval, 10.0))
+        self.util_hist: deque = deque()
+
+    def reset(self) -> None:
+        """vLLM (or the sidecar) gone: the windows start again when it is back."""
+        self.windows.reset()
+        self.tracker.reset()
+        self.util_hist.clear()
+
+    def observe(self, snap: Snapshot, t: float, gpu_util: float) -> None:
+        """One poll: the page's snapshot and the GPU utilization at ``t``."""
+        self.windows.add(snap)
+        self.tracker.observe(snap)
+        self.util_hist.append((t, gpu_util))
+        while self.util_hist and self.util_hist[0][0] < t - self.cfg.window:
+            self.util_hist.popleft()
+
+    def derive(self, t: float):
+        """The signals the sidecar serves at ``t``. The baseline learns from them as the sidecar
+        learns (never from degraded time); it keeps one sample per 10 s at most, so learning at each
+        scrape instead of each poll changes nothing at 5-10 s scrapes and thins it at longer ones."""
+        cfg = self.cfg
+        util = mean_utilization(list(self.util_hist), t, cfg.window)
+        signals = derive_view(self.windows.view(t), cfg, util, self.baseline, self.tracker)
+        for m in signals.models:
+            rate = learnable(m, util, cfg.busy_utilization, cfg.role, cfg.long_prompt_surge_per_second)
+            if rate is not None:
+                self.baseline.record(m.model, t, rate)
+        return signals
+
+
+def _serve(out: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], np.ndarray], signals, i: int,
+           n: int) -> List[Tuple[np.ndarray, float]]:
+    """The derived signals as served at scrape step ``i`` of ``n``, into ``out`` (a row per series,
+    NaN where absent); returns the rows and values written, for the steps that hold them."""
+    last = []
+    for p in signal_points(signals):
+        key = ("vllm_sidecar_" + p.name, tuple(sorted(p.labels.items())))
+        row = out.get(key)
+        if row is None:
+            row = out[key] = np.full(n, np.nan)
+        row[i] = p.value
+        last.append((row, p.value))
+    return last
+
+
+class _PodPages:
+    """One pod's vLLM pages poll by poll: its state columns turned into what the counters grow by
+    per second and what the gauges read at each scrape step (lists, read once a step), and
+    ``poll`` writing them onto the ``PageWriter``. A role pod (P/D) adds its vLLM 0.33 series."""
+
+    def __init__(self, pod, S: Dict[str, np.ndarray], times: np.ndarray) -> None:
+        self.old = old = pod.old_release
+        self.writer = writer = PageWriter(pod.model, old)
+        req, share, ptok, ltok = S["requests"], S["long_share"], S["prompt_tokens"], S["long_tokens"]
+        prompt_mean = (1 - share) * ptok * math.exp(0.18) + share * ltok
+        gen = req * S["output_tokens"]
+        err = np.minimum(S["engine_errors"], req)
+        fr = _histogram_rates(pod, S, req, gen, prompt_mean)
+        self.pre = "vllm:prefix_cache" if not old else "vllm:gpu_prefix_cache"
+        self.kv_name = "vllm:kv_cache_usage_perc" if not old else "vllm:gpu_cache_usage_perc"
+        writer.start = float(times[0]) - 90.0
+        self.checked = False
+        self.L = L = {k: v.tolist() for k, v in S.items()}
+        self.gpu_util = L["gpu_util"]
+        self.gen_l, self.req_l, self.pm_l, self.err_l = gen.tolist(), req.tolist(), prompt_mean.tolist(), err.tolist()
+        self.frl = {name: (rate.tolist(), mean.tolist(), cdf) for name, (rate, mean, cdf) in fr.items()}
+        self.extras = SidecarSim._role_series(pod, S, writer, self.frl) if pod.role else []
+        self._step: tuple = ()
+
+    def begin_step(self, i: int) -> None:
+        """Reads scrape step ``i``'s rates and levels once, for its polls."""
+        L = self.L
+        rq, er = self.req_l[i], self.err_l[i]
+        self._step = (
+            self.gen_l[i], rq, self.pm_l[i], er, rq - er,
+            L["preemptions"][i], L["rejections"][i], L["prefix_hit"][i],
+            [(name, cdf[i], rate[i], mean[i]) for name, (rate, mean, cdf) in self.frl.items()],
+            L["kv_usage"][i], L["kv_saw"][i], L["running"][i], L["waiting_capacity"][i], L["waiting_deferred"][i],
+        )
+
+    def poll(self, i: int, t: float, dt: float) -> Snapshot:
+        """The page at ``t``, ``dt`` seconds of step ``i``'s rates after the last one, as the
+        runtime's reader reads it (the pod's first page checked against the real reader)."""
+        from .shapes import kv_at
+
+        g, rq, pm, er, ok, pre_i, rej_i, hit_i, hist_i, kv_i, saw_i, run_i, wc_i, wd_i = self._step
+        writer, old, pre = self.writer, self.old, self.pre
+        writer.add("vllm:generation_tokens_total", g * dt)
+        writer.add("vllm:prompt_tokens_total", rq * pm * dt)
+        for reason, r in (("stop", ok * 0.8), ("length", ok * 0.2), ("abort", 0.0), ("error", er)):
+            writer.add("vllm:request_success_total", r * dt, f'finished_reason="{reason}"')
+        if not old:
+            writer.add("vllm:num_preemptions_total", pre_i * dt)
+            writer.add("vllm:admission_rejections_total", rej_i * dt, 'reason="max_num_queued_reqs"')
+        writer.add(f"{pre}_queries_total", rq * pm * dt)
+        writer.add(f"{pre}_hits_total", rq * pm * hit_i * dt)
+        for name, cdf_i, rate_i, mean_i in hist_i:
+            writer.add_hist(name, cdf_i * (rate_i * dt), rate_i * dt, mean_i)
+        for name, extra, counter, vals in self.extras:
+            if counter:
+                writer.add(name, vals[i] * dt, extra)
+            else:
+                writer.set(name, vals[i], extra)
+        writer.set(self.kv_name, kv_at(t, kv_i, saw_i))
+        writer.set("vllm:num_requests_running", run_i)
+        writer.set("vllm:num_requests_waiting", wc_i + wd_i)
+        if not old:
+            writer.set("vllm:num_requests_waiting_by_reason", wc_i, 'reason="capacity"')
+            writer.set("vllm:num_requests_waiting_by_reason", wd_i, 'reason="deferred"')
+        if not self.checked:
+            self.checked = True
+            return writer.check(t)
+        return writer.snapshot(t)
+
+
+def _histogram_rates(pod, S: Dict[str, np.ndarray], req: np.ndarray, gen: np.ndarray,
+                     prompt_mean: np.ndarray) -> Dict[str, Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per histogram of the page: observations per second and their mean per step, and per step
+    and bucket the share of observations at or below each bound (the scraped series' lognormal
+    CDFs over vLLM's real bounds)."""
+    from .shapes import lognormal_cdf, real_bounds
+
+    share, ptok, ltok = S["long_share"], S["prompt_tokens"], S["long_tokens"]
+    ttft, itl, q, outt = S["ttft"], S["itl"], S["queue"], S["output_tokens"]
+    e2e = ttft + itl * outt
+    fr: Dict[str, Tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def put(name, rate, mean, cdf, bounds_name):
+        xs = np.array([x for _le, x in real_bounds(bounds_name)])
+        fr[name] = (rate, mean, cdf(xs))
+
+    put("vllm:time_to_first_token_seconds", req, ttft * math.exp(0.125),
+        lambda x: lognormal_cdf(x[None, :], ttft[:, None], 0.5), "vllm:time_to_first_token_seconds")
+    itl_name = "vllm:inter_token_latency_seconds" if not pod.old_release else "vllm:time_per_output_token_seconds"
+    gaps = gen if not pod.role else req * np.maximum(outt - 1.0, 0.0)  # as ``fleet`` counts them
+    put(itl_name, gaps, itl * math.exp(0.045), lambda x: lognormal_cdf(x[None, :], itl[:, None], 0.3),
+        "vllm:inter_token_latency_seconds")
+    put("vllm:e2e_request_latency_seconds", req, e2e * math.exp(0.125),
+        lambda x: lognormal_cdf(x[None, :], e2e[:, None], 0.5), "vllm:e2e_request_latency_seconds")
+    put("vllm:request_queue_time_seconds", req, q * math.exp(0.32),
+        lambda x: lognormal_cdf(x[None, :], q[:, None], 0.8), "vllm:request_queue_time_seconds")
+    put("vllm:request_prompt_tokens", req, prompt_mean,
+        lambda x: (1 - share[:, None]) * lognormal_cdf(x[None, :], ptok[:, None], 0.6)
+        + share[:, None] * lognormal_cdf(x[None, :], ltok[:, None], 0.05), "vllm:request_prompt_tokens")
+    put("vllm:request_generation_tokens", req, outt,
+        lambda x: lognormal_cdf(x[None, :], outt[:, None], 0.5), "vllm:request_generation_tokens")
+    return fr
 
 
 def _extra_text(labels: Dict[str, str]) -> str:
