@@ -13,8 +13,8 @@ from conftest import FIXTURES, ROOT
 from exporter.errors import ConfigError
 from exporter.harness import pagetransform as pt
 from exporter.runtime import config
-from exporter.runtime.signals import derive
 from exporter.runtime.collectors.readback import published_from_exposition
+from exporter.runtime.signals import derive
 from exporter.view.console import Screen
 from helpers import cfg, names, sample_value, scraped, sidecar_with, snap, value
 

@@ -82,7 +82,8 @@ def range_exprs(c: Ctx, range_ms: int) -> Dict[str, str]:
     # averaged, then the replicas), and output tokens per joule where the GPUs count energy
     model_of = f"* on ({c.per_pod}) group_left (model_name)\n  group by ({c.per_pod}, model_name) (vllm:num_requests_running{s})"
     energy = f"sum by ({c.per_pod}) (increase(vllm_sidecar_gpu_energy_joules_total{s}[{r}]))"
-    out["gpu_utilization"] = (f"avg by ({svc}) (\n  avg by ({c.per_pod}) (avg_over_time(vllm_sidecar_gpu_utilization_ratio{s}[{r}]))"
+    out["gpu_utilization"] = (f"avg by ({svc}) (\n  avg by ({c.per_pod}) "
+                              f"(avg_over_time(vllm_sidecar_gpu_utilization_ratio{s}[{r}]))"
                               f"\n  {model_of}\n)")
     out["tokens_per_joule"] = (f"sum by ({svc}) (\n  sum by ({c.per_replica}) (increase(vllm:generation_tokens_total{s}[{r}]))\n"
                                f"  and on ({c.per_pod})\n  ({energy} > 0)\n)\n/\n"
@@ -156,7 +157,8 @@ def side_exprs(c: Ctx, range_ms: int) -> Dict[str, str]:
 
 def role_expr(c: Ctx, range_ms: int) -> str:
     """Each replica's role as its sidecar last said it in the range (pod-level, no model_name)."""
-    return f"max by ({c.per_pod}, role) (last_over_time(vllm_sidecar_role_info{c.selector()}[{format_duration(max(range_ms, 1))}]))"
+    window = format_duration(max(range_ms, 1))
+    return f"max by ({c.per_pod}, role) (last_over_time(vllm_sidecar_role_info{c.selector()}[{window}]))"
 
 
 def opencost_exprs(range_ms: int) -> Dict[str, str]:

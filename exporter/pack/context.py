@@ -118,7 +118,8 @@ class Ctx:
     def with_role(self, per_replica: str) -> str:
         """A per-replica-and-model expression with its replica's ``role`` label added (the role rule
         says ``both`` where the pod has no role series; ``both`` too where the rule has no series yet)."""
-        return (f"(\n  {per_replica}\n  * on ({self.per_replica}) group_left (role)\n  {self.role}\n  or on ({self.per_replica})\n"
+        return (f"(\n  {per_replica}\n  * on ({self.per_replica}) group_left (role)\n  {self.role}\n"
+                f"  or on ({self.per_replica})\n"
                 f"  label_replace({per_replica}, \"role\", \"both\", \"\", \"\")\n)")
 
     def prefill(self) -> str:

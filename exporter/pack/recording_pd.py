@@ -22,7 +22,6 @@ from typing import Dict, List
 from .context import Ctx, indent
 from .recorded import Recording
 
-
 AWAKE, DISCARDED = (f'sleep_state="{x}"' for x in ("awake", "discard_all"))
 CAPACITY_WAIT = 'reason="capacity"'
 TRANSFER_FAMILIES = ("nixl", "mooncake")  # vLLM's KV connectors whose stats share one shape
