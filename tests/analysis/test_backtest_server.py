@@ -20,9 +20,9 @@ from exporter.analysis.rulefile import groups_from_data
 from exporter.analysis.sources import input_series_store
 from exporter.cli import main
 from exporter.harness.victoria import VictoriaMetrics, binary
+from incident import BAD, EXPECTED_INCIDENT, ONSET, PODS, TOTAL, replica
 from promtsdb import prometheus_over
 from test_backtest_cli import BASE_S, openmetrics
-from test_incident_scenario import BAD, EXPECTED_INCIDENT, ONSET, PODS, TOTAL, replica
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ import yaml
 from conftest import ROOT
 from exporter.analysis.sources import expand_values, parse_series_labels
 from exporter.cli import main
+from incident import BAD, EXPECTED_INCIDENT, ONSET, PODS, TOTAL, replica
 from promtsdb import prometheus_over
-from test_incident_scenario import BAD, EXPECTED_INCIDENT, ONSET, PODS, TOTAL, replica
 
 BASE_S = 1_700_000_400  # where the OpenMetrics copy of the incident starts (unix seconds, a whole minute)
 

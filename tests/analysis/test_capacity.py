@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import yaml
 
+from conftest import FIXTURES
 from exporter.analysis import capacity as cap
 from exporter.analysis import capacity_report as rep
 from exporter.analysis.sources import load_openmetrics
@@ -514,13 +515,12 @@ BOX_SLO = ("windows: {rate: 1m}\nobjectives: {ttft_p95_seconds: 15, ttft_mean_se
 
 
 def test_on_the_real_vllm_the_capacity_per_mix_stays_within_what_the_replica_held(tmp_path):
-    from test_recordings import RECORDINGS, meta
-
-    m_meta = meta(MIX_CHANGE)
+    recordings = FIXTURES / "recordings"  # the real CPU vLLM's recordings (harness/test_recordings.py checks them)
+    m_meta = json.loads((recordings / MIX_CHANGE / "meta.json").read_text())
     f = tmp_path / "slo.yaml"
     f.write_text(BOX_SLO)
     slo = load_slo(str(f))
-    st = load_openmetrics(__import__("gzip").open(RECORDINGS / MIX_CHANGE / "prometheus.om.gz").read()).store
+    st = load_openmetrics(__import__("gzip").open(recordings / MIX_CHANGE / "prometheus.om.gz").read()).store
     first, last = st.time_range()
     report = cap.compute(st, cap.Options(slo, first, last, 15_000))
     m = report.models[0]

@@ -43,7 +43,8 @@ SPEEDUP_PLANNED, SPEEDUP_MEASURED = 1.5, 1 + 3 * 0.68
 
 def _slo(tmp_path, hit, speedup, gpus=8, extra=""):
     f = tmp_path / f"slo-{hit}-{speedup}.yaml"
-    f.write_text(f"speculative:\n  planned_speedup: {speedup!r}\ncapacity:\n  prefill_tokens_per_second: {PREFILL_RATE!r}\n  decode_tokens_per_second: {DECODE_RATE}\n"
+    f.write_text(f"speculative:\n  planned_speedup: {speedup!r}\ncapacity:\n"
+                 f"  prefill_tokens_per_second: {PREFILL_RATE!r}\n  decode_tokens_per_second: {DECODE_RATE}\n"
                  f"  prefix_hit_ratio: {hit}\n  prefill_gpus_per_instance: 2\n"
                  f"  decode_gpus_per_instance: 2\n  gpus: {gpus}\n{extra}")
     return f
