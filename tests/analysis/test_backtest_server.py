@@ -18,10 +18,10 @@ from exporter.analysis.promql.parser import parse
 from exporter.analysis.remote import Inliner, Unsupported
 from exporter.analysis.rulefile import groups_from_data
 from exporter.analysis.sources import input_series_store
-from exporter.cli import main
 from exporter.harness.victoria import VictoriaMetrics, binary
 from incident import BAD, EXPECTED_INCIDENT, ONSET, PODS, TOTAL, replica
 from promtsdb import prometheus_over
+from shared import main_for
 from test_backtest_cli import BASE_S, openmetrics
 
 
@@ -33,10 +33,7 @@ def incident_inputs():
     return out
 
 
-def _run(capsys, *argv):
-    rc = main(["backtest", *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
+_run = main_for("backtest")
 
 
 def _groups(rules):

@@ -29,10 +29,10 @@ from exporter.analysis import capacity as cap
 from exporter.analysis import capacity_report as rep
 from exporter.analysis.sources import load_openmetrics
 from exporter.analysis.stats import crossing, linear_fit, t_cdf, t_ppf
-from exporter.cli import main
 from exporter.slo import load_slo
 from loadgen import Phase, history, input_series
 from promtsdb import prometheus_over
+from shared import main_for
 
 DAY = cap.DAY_MS
 START_S = 1_767_225_600  # 2026-01-01T00:00:00Z
@@ -343,9 +343,8 @@ def test_promtool_records_the_same_headroom(tmp_path, slo, capsys):
     (tmp_path / "in.yml").write_text(yaml.safe_dump({"interval": "15s", "input_series": series}, width=10_000))
     slo_file = tmp_path / "slo.yaml"
     slo_file.write_text(TEST_SLO)
-    rc = main(["capacity", "--file", str(tmp_path / "in.yml"), "--slo", str(slo_file), "--start", "0", "--end", "3540",
-               "--step", "1m", "--json", "-"])
-    out, err = capsys.readouterr()
+    rc, out, err = _cli(capsys, "--file", str(tmp_path / "in.yml"), "--slo", str(slo_file), "--start", "0", "--end",
+                        "3540", "--step", "1m", "--json", "-")
     assert rc == 0, err
     at_end = json.loads(out)["models"][0]["recording_rules_at_end"]
     names = cap.capacity_names(cap.Ctx(slo))
@@ -366,10 +365,7 @@ def test_promtool_records_the_same_headroom(tmp_path, slo, capsys):
 
 # -- the command line -----------------------------------------------------------------------------------
 
-def _cli(capsys, *argv):
-    rc = main(["capacity", *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
+_cli = main_for("capacity")
 
 
 @pytest.fixture
