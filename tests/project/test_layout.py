@@ -4,6 +4,9 @@ runtime (the sidecar) imports neither the pack nor the harness nor the view; the
 neither the runtime nor the harness; the view (``top`` and the demo's screen) reads the runtime
 only; nothing imports the command line back. No module imports itself round a circle. Checked on the source, with
 every import (module level or inside a function) resolved to its absolute module name.
+
+And the tests' own shape: a folder per wing, each test module in the one of the code it checks,
+what they share in the support modules of tests/ (docs/architecture.md, "The tests").
 """
 
 import ast
