@@ -19,7 +19,7 @@ from exporter.analysis.remote import Inliner, Unsupported
 from exporter.analysis.rulefile import groups_from_data
 from exporter.analysis.sources import input_series_store
 from exporter.harness.victoria import VictoriaMetrics, binary
-from incident import BAD, EXPECTED_INCIDENT, ONSET, PODS, TOTAL, replica
+from incident import EXPECTED_INCIDENT, ONSET, TOTAL, inputs
 from promtsdb import prometheus_over
 from shared import main_for
 from test_backtest_cli import BASE_S, openmetrics
@@ -27,10 +27,7 @@ from test_backtest_cli import BASE_S, openmetrics
 
 @pytest.fixture(scope="module")
 def incident_inputs():
-    out = []
-    for pod in PODS:
-        out += replica(pod, incident=(pod == BAD))
-    return out
+    return inputs()  # the night, as the pack's promtool test replays it
 
 
 _run = main_for("backtest")
