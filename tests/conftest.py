@@ -1,3 +1,9 @@
+"""What every test folder has: the real vLLM pages as fixtures (``idle``, ``after_load``,
+``after_pressure``), a fake ``clock``, ``ROOT``, ``FIXTURES`` and ``page()``; tests/ on the path, so
+that the support modules beside this file (``shared``, ``helpers``, ``promseries``...) import by
+name from tests/<wing>/; the virtualenv first on PATH; and the leak check at the end of the run.
+The layout of the tests: docs/architecture.md, "The tests"."""
+
 import os
 import sys
 from pathlib import Path

@@ -9,7 +9,7 @@ known program (vLLM, Prometheus, Alertmanager, the sidecar) from a directory und
 temporary directory. It waits a few seconds for processes on their way out, then kills what is
 left (its process group when that is not pytest's own), lists them, and fails the run.
 
-conftest.py imports the hook; ``pytest -p leakcheck`` loads it on its own (tests/test_leakcheck.py).
+conftest.py imports the hook; ``pytest -p leakcheck`` loads it on its own (tests/project/test_leakcheck.py).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from typing import Callable, Dict, List, Optional
 
 from conftest import ROOT, page
 from exporter.harness import pagetransform as pt
-from exporter.harness.localstack import StackError, wait_until
 from exporter.runtime.exposition import parse
+from shared import poll_until
 
 
 class Advancing:
@@ -126,11 +126,8 @@ class SidecarProcess:
             if self.proc.poll() is not None and not what.startswith("exit"):
                 return f"the sidecar exited ({self.proc.returncode})"
             return ""
-        try:
-            return wait_until(fn, timeout, every, what, diag=lambda: "log tail:\n" + "\n".join(self.lines[-20:]),
-                              stop_if=exited)
-        except StackError as exc:
-            raise AssertionError(str(exc)) from None
+        return poll_until(fn, what, timeout, every, diag=lambda: "log tail:\n" + "\n".join(self.lines[-20:]),
+                          stop_if=exited)
 
     def wait_metrics(self, cond: Callable[[Dict[tuple, float]], bool], what: str, timeout: float = 30.0):
         return self.wait_for(lambda: (lambda m: m if cond(m) else None)(self.metrics()), timeout, what=what)

@@ -41,7 +41,7 @@ server (``capacity --engine server``) no raw sample comes here: ``compute`` is g
 ``remote.RuleServer`` that answers every recording rule over raw series with ``query_range``
 (6-hour chunks) and the whole-range figures with instant queries; the rules over recorded series
 and all that follows run here over those answers, so the report is the local path's (proven on a
-real Prometheus: tests/test_capacity.py) while this process holds recorded series, not samples.
+real Prometheus: tests/analysis/test_capacity.py) while this process holds recorded series, not samples.
 """
 
 from __future__ import annotations

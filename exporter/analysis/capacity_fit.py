@@ -1,5 +1,5 @@
 """What one replica sustains, and the trend of the peaks: the capacity model's pure pieces, each
-tested on its own against a hand-worked answer (tests/test_capacity.py).
+tested on its own against a hand-worked answer (tests/analysis/test_capacity.py).
 
 - ``peak``, ``period_peaks`` and ``trend``: the highest rate, the peak of each period, a
   least-squares line through them with its slope's interval and, with Fieller's interval, when it

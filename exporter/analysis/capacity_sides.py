@@ -18,7 +18,7 @@ else from the SLO's planned figure, and the report says which. For a target rate
 instances per side (rounded up), GPUs (``capacity.prefill_gpus_per_instance`` and
 ``capacity.decode_gpus_per_instance`` each), what they cost a month, and against a GPU budget
 (``--gpus`` or ``capacity.gpus``) whether it fits at all, with the most the budget carries at its
-best split. Everything here is pure arithmetic on a few numbers (tests/test_capacity_sides.py
+best split. Everything here is pure arithmetic on a few numbers (tests/analysis/test_capacity_sides.py
 works the user's own plan by hand).
 """
 

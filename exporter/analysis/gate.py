@@ -467,7 +467,7 @@ class ServerRanges:
     instant query at the range's end (the server sums every bucket of every replica; one number
     comes back), each max and mean signal likewise; only the share signals' own series (one per
     replica) are read raw. The same numbers as ``range_run`` and ``range_signals`` over a store
-    of every raw sample (tests/test_gate_server.py, on a real Prometheus)."""
+    of every raw sample (tests/analysis/test_gate_server.py, on a real Prometheus)."""
 
     def __init__(self, url: str, session=None, timeout_s: float = 300.0) -> None:
         import requests

@@ -1,4 +1,4 @@
-"""A day of polling with the clock injected, over changing pages (shared by tests/test_soak.py
+"""A day of polling with the clock injected, over changing pages (shared by tests/runtime/test_soak.py
 and bench/soak.py).
 
 The page is the real ``after_load.txt`` cut down to the families the sidecar reads (so a day

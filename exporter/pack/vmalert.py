@@ -26,7 +26,7 @@ return later than that resolves the alert earlier than Prometheus would.
 The windows end half an interval past the last evaluation they must hold, so Prometheus'
 closed and VictoriaMetrics' left-open range windows count the same samples. The group's
 ``interval`` is written into the file (the helpers' windows are counted in it). What still differs
-from Prometheus is in docs/deployment.md (global rulers); tests/test_vmalert.py replays the
+from Prometheus is in docs/deployment.md (global rulers); tests/pack/test_vmalert.py replays the
 pack on VictoriaMetrics and compares its alert timelines with promtool's.
 """
 

@@ -229,7 +229,7 @@ NOTES = {
         "At its limit the replica made 360 and 403 output tokens/s on chat (`normal`, `normal-again`: 575 and "
         "642 prompt tokens/s) and 227 with the long prompts (1,375 prompt tokens/s): output tokens/s alone "
         "fall by 40 % where prefill takes the engine. `capacity` fits the prefill weight from the best "
-        "saturated step of each mix: about 0.18 output tokens per prompt token (tests/test_capacity.py).",
+        "saturated step of each mix: about 0.18 output tokens per prompt token (tests/analysis/test_capacity.py).",
     ],
     "fill-flood": [
         "Heavier than `long-prompt-flood` (the same server and load) on a busier box: TTFT p95 over the flood 71 s "

@@ -39,8 +39,8 @@ from pathlib import Path
 import pytest
 from realvllm import MODEL, Load, tiny_model, vllm_python
 
-from exporter.cli import main
 from exporter.harness.localstack import Process, SidecarThread, Stack, free_port, wait_until
+from shared import run_main
 
 pytestmark = [pytest.mark.vllm, pytest.mark.prometheus, pytest.mark.perf]
 
@@ -284,10 +284,7 @@ def _note(loop, key, value):
     f.write_text(json.dumps(doc, indent=1))
 
 
-def _cli(capsys, *argv):
-    rc = main(list(argv))
-    o, e = capsys.readouterr()
-    return rc, o, e
+_cli = run_main
 
 
 def test_capacity_reads_the_ramp(loop, capsys):

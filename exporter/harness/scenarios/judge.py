@@ -3,7 +3,7 @@ evaluation, then per alert and replica the first firing after onset, the episode
 minutes firing.
 
 Two engines give the same timeline: ``backtest_timeline`` (this project's backtest, proven equal
-to promtool's rule engine in tests/test_backtest_promtool.py; fast enough for a day of a fleet)
+to promtool's rule engine in tests/analysis/test_backtest_promtool.py; fast enough for a day of a fleet)
 and ``promtool_timeline`` (Prometheus' own: promtool is asked to expect no alert at every
 evaluation, and the alerts it reports instead are the timeline, every label read back).
 """

@@ -4,7 +4,7 @@ names and runbook links match the rules pack.
 ``vllm-sidecar-exporter dashboards --slo rules/slo.yaml --out-dir dashboards`` writes one JSON per
 dashboard: overview, capacity, prompts and cache, GPU, anomalies, prefill-decode and speculative
 decoding. They pass Grafana's own schema
-for Grafana 10 to 13 (tests/test_dashboards_schema.py), use a ``${datasource}`` variable instead
+for Grafana 10 to 13 (tests/pack/test_dashboards_schema.py), use a ``${datasource}`` variable instead
 of fixed data source UIDs (the import dialog asks for it through ``__inputs``), stable UIDs, shared
 tags and links between them, and variables for cluster, namespace, model_name and pod.
 

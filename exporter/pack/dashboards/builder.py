@@ -2,7 +2,7 @@
 
 A small builder of our own rather than grafana-foundation-sdk: the dashboards use six panel
 types and a handful of options, the builder has no dependency to pin, and the JSON it writes is
-plain Grafana schema that a reviewer can read in the diff. tests/test_dashboards_schema.py
+plain Grafana schema that a reviewer can read in the diff. tests/pack/test_dashboards_schema.py
 type-checks it against Grafana's own schema (npm's ``@grafana/schema``) for Grafana 10 to 13.
 
 Everything that depends on the SLO file comes from the ``Builder``: recording-rule names

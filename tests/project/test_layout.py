@@ -4,6 +4,9 @@ runtime (the sidecar) imports neither the pack nor the harness nor the view; the
 neither the runtime nor the harness; the view (``top`` and the demo's screen) reads the runtime
 only; nothing imports the command line back. No module imports itself round a circle. Checked on the source, with
 every import (module level or inside a function) resolved to its absolute module name.
+
+And the tests' own shape: a folder per wing, each test module in the one of the code it checks,
+what they share in the support modules of tests/ (docs/architecture.md, "The tests").
 """
 
 import ast
@@ -199,3 +202,117 @@ def test_every_module_says_what_it_owns():
     missing = [str(p.relative_to(ROOT)) for p in PKG.rglob("*.py")
                if p.name != "__main__.py" and not ast.get_docstring(ast.parse(p.read_text()))]
     assert not missing, f"modules without a docstring: {missing}"
+
+
+# -- the tests' own layout --------------------------------------------------------------------------
+# tests/<wing>/ holds the tests of one wing of the package (tests/runtime the runtime's, ...);
+# tests/project the checks of the repository as a whole (lint, layout, packaging, deploy, docs);
+# tests/e2e the tests on the real CPU vLLM. tests/ itself holds conftest.py and the support modules
+# every folder imports by name (conftest puts tests/ on sys.path): no test module.
+TESTS = ROOT / "tests"
+OTHER_TEST_FOLDERS = {"project", "e2e"}
+DATA_FOLDERS = {"fixtures", "grafana_schema"}  # recorded pages and files; grafana's schema checker
+
+
+def _wings():
+    return {p.parent.name for p in PKG.glob("*/__init__.py")}
+
+
+def _test_modules():
+    return sorted(TESTS.rglob("test_*.py"))
+
+
+def test_every_test_module_lives_in_its_wings_folder():
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == _wings() | OTHER_TEST_FOLDERS | DATA_FOLDERS, (
+        "tests/ has a folder for each wing of exporter/ (and project, e2e, fixtures, grafana_schema): "
+        f"{sorted(folders ^ (_wings() | OTHER_TEST_FOLDERS | DATA_FOLDERS))}")
+    misplaced = [str(p.relative_to(TESTS)) for p in _test_modules()
+                 if p.relative_to(TESTS).parts[0] in DATA_FOLDERS or len(p.relative_to(TESTS).parts) != 2]
+    assert not misplaced, f"test modules outside tests/<wing>/: {misplaced}"
+    names = [p.name for p in _test_modules()]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    assert not twice, f"test module names in two folders (pytest imports them by name): {twice}"
+
+
+def test_a_test_module_imports_no_test_module_of_another_folder():
+    """What two wings' tests share is a support module in tests/; a test module may read another
+    of its own folder only (pytest puts a test's own folder on the path, not the others')."""
+    own = {p.stem: p.parent for p in _test_modules()}
+    bad = []
+    for path in _test_modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            mods = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            bad += [f"{path.relative_to(TESTS)}:{node.lineno} imports {m}" for m in mods
+                    if m in own and own[m] != path.parent]
+    assert not bad, "\n".join(bad)
+
+
+def _calls(node):
+    """The called names in ``node``: ``f`` for ``f(...)``, ``a.f`` for ``a.f(...)``."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            f = n.func
+            if isinstance(f, ast.Name):
+                yield f.id
+            elif isinstance(f, ast.Attribute):
+                yield f"{f.value.id}.{f.attr}" if isinstance(f.value, ast.Name) else f.attr
+
+
+def copied_helpers(source: str):
+    """(line, what) of each helper in ``source`` that writes again what tests/shared.py has: a
+    function (not a test) that runs the command line in this process and reads capsys, starts
+    ``python -m exporter`` itself, or waits (in a loop of sleeps, or only wraps ``wait_until``); a
+    class serving the pressure page
+    that is not a ``PressureScript``."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("test"):
+            calls = set(_calls(node))
+            strings = {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+            if "main" in calls and "capsys.readouterr" in calls:
+                yield node.lineno, f"{node.name}: the command line in this process (shared.run_main, main_for)"
+            if calls & {"subprocess.run", "subprocess.Popen"} and {"-m", "exporter"} <= strings and len(node.body) <= 3:
+                yield node.lineno, f"{node.name}: python -m exporter as a process (shared.run_cli)"
+            wraps_wait = "wait_until" in calls and len(node.body) == 1  # a fixture may wait among other things
+            if wraps_wait or ("time.sleep" in calls and any(isinstance(n, ast.While) for n in ast.walk(node))):
+                yield node.lineno, f"{node.name}: a wait in a loop of sleeps (shared.poll_until)"
+        if isinstance(node, ast.ClassDef) and "after_pressure.txt" in ast.unparse(node) \
+                and "PressureScript" not in {ast.unparse(b) for b in node.bases}:
+            yield node.lineno, f"{node.name}: the stand-in's pressure page (shared.PressureScript)"
+
+
+def test_no_test_module_writes_a_shared_helper_again():
+    found = [f"{p.relative_to(TESTS)}:{line} {what}" for p in _test_modules()
+             for line, what in copied_helpers(p.read_text())]
+    assert not found, "use tests/shared.py:\n" + "\n".join(found)
+
+
+def test_the_copy_finder_finds_each_kind():
+    source = '''
+def _cli(capsys, *argv):
+    rc = main(["gate", *argv])
+    return rc, *capsys.readouterr()
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "exporter", *args])
+
+def _wait(fn):
+    while time.monotonic() < end:
+        time.sleep(0.05)
+
+def wait_for(cond, what):
+    wait_until(cond, 60, 0.01, what)
+
+class Script:
+    def __init__(self):
+        self.base = page("after_pressure.txt")
+
+class Filling(PressureScript):
+    base = page("after_pressure.txt")
+
+def test_inline(capsys):
+    main(["x"]); capsys.readouterr()
+'''
+    assert [line for line, _ in copied_helpers(source)] == [2, 6, 9, 13, 16]

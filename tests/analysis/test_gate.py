@@ -20,9 +20,9 @@ from exporter.analysis import benchfile, gate
 from exporter.analysis.promql.labels import make
 from exporter.analysis.series import Store
 from exporter.analysis.sources import load_openmetrics
-from exporter.cli import main
 from loadgen import Phase, history
 from promtsdb import prometheus_over
+from shared import main_for
 
 GATE = FIXTURES / "gate"
 SAME = [str(GATE / f"same-config-{i}.json") for i in range(1, 5)]
@@ -226,10 +226,7 @@ def test_likely_causes(cand, needle):
 
 # -- the command line -----------------------------------------------------------------------------------
 
-def _cli(capsys, *argv):
-    rc = main(["gate", *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
+_cli = main_for("gate")
 
 
 def test_cli_fails_the_costly_candidate(capsys, tmp_path):

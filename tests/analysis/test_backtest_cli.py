@@ -13,19 +13,16 @@ import yaml
 
 from conftest import ROOT
 from exporter.analysis.sources import expand_values, parse_series_labels
-from exporter.cli import main
+from incident import BAD, EXPECTED_INCIDENT, ONSET, TOTAL, inputs
 from promtsdb import prometheus_over
-from test_incident_scenario import BAD, EXPECTED_INCIDENT, ONSET, PODS, TOTAL, replica
+from shared import main_for
 
 BASE_S = 1_700_000_400  # where the OpenMetrics copy of the incident starts (unix seconds, a whole minute)
 
 
 @pytest.fixture(scope="module")
 def incident_inputs():
-    out = []
-    for pod in PODS:
-        out += replica(pod, incident=(pod == BAD))
-    return out
+    return inputs()  # the night, as the pack's promtool test replays it
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +32,7 @@ def incident_file(tmp_path_factory, incident_inputs):
     return f
 
 
-def _run(capsys, *argv):
-    rc = main(["backtest", *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
+_run = main_for("backtest")
 
 
 def test_the_table_and_json_of_the_incident(capsys, incident_file, tmp_path):

@@ -12,7 +12,7 @@ sidecar reads the simulator's pages and the stand-in NVML, as in the demo, every
   the same store as its last hours), the learned baseline decides, and the flag shows within a
   minute too.
 - ``VLLMGPUBusyLowThroughput`` fires on the night: the pack (the demo's SLO file), evaluated by the
-  project's backtest engine (equal to promtool, tests/test_backtest_promtool.py) over what a
+  project's backtest engine (equal to promtool, tests/analysis/test_backtest_promtool.py) over what a
   Prometheus scraping every 2 s (the demo's interval) stores from the simulated vLLM and the real
   sidecar, never over a boolean a scenario wrote.
 """

@@ -21,6 +21,7 @@ from exporter.pack import dashboards as dash_mod
 from exporter.pack.names import Names
 from exporter.slo import load_slo
 from promql_names import known_names, metric_names
+from shared import PressureScript
 
 DASH_DIR = ROOT / "dashboards"
 SLO_FILE = ROOT / "rules" / "slo.yaml"
@@ -182,23 +183,19 @@ def test_every_query_reads_only_real_names():
         assert not metric_names(fill(expr)) - known, expr
 
 
-class Script:
+class FillingScript(PressureScript):
     """The real after_pressure page with counters advancing and the KV cache filling up."""
 
-    def __init__(self):
-        self.base = page("after_pressure.txt")
-        self.n = 0
+    growth, only_prefix = 0.03, ""  # vLLM and HTTP counters
 
-    def __call__(self):
-        self.n += 1
-        text = pt.scale_counters(self.base, 1 + self.n * 0.03, only_prefix="")  # vLLM and HTTP counters
+    def gauges(self, text):
         return pt.set_values(text, {"vllm:kv_cache_usage_perc": min(0.95, 0.3 + 0.01 * self.n),
                                     "vllm:num_requests_running": 8, "vllm:num_requests_waiting": 2})
 
 
 @pytest.mark.prometheus
 def test_every_panel_gets_data_from_a_real_prometheus(tmp_path):
-    vllm = PageServer(Script()).start()
+    vllm = PageServer(FillingScript()).start()
     gpus = make_gpus(2)
     nv = FakeNvml(gpus)
     for g in gpus:

@@ -15,35 +15,17 @@ import subprocess
 
 import pytest
 
-from conftest import page
-from exporter.harness import pagetransform as pt
 from exporter.harness.localstack import SidecarThread, Stack, wait_until
 from exporter.harness.pageserver import PageServer
 from exporter.pack import rules as rules_mod
 from exporter.slo import load_slo
 from promtsdb import prometheus_over
+from shared import PressureScript
 
 pytestmark = pytest.mark.prometheus
 
 POD = {"namespace": "llm", "pod": "vllm-0"}
 ALERT = "VLLMKVCacheExhausted"
-
-
-class Script:
-    """The stand-in's page: the real after_pressure page, counters advancing, gauges set by the test."""
-
-    def __init__(self):
-        self.base = page("after_pressure.txt")
-        self.n = 0
-        self.kv = 0.5
-        self.capacity = 0
-
-    def __call__(self):
-        self.n += 1
-        text = pt.scale_counters(self.base, 1 + self.n * 0.02)
-        text = pt.set_values(text, {"vllm:kv_cache_usage_perc": self.kv, "vllm:num_requests_running": 12,
-                                    "vllm:num_requests_waiting": self.capacity})
-        return pt.set_values(text, {"vllm:num_requests_waiting_by_reason": self.capacity}, 'reason="capacity"')
 
 
 def _hms(ms):
@@ -68,7 +50,7 @@ def test_the_prometheus_column_is_what_prometheus_had(tmp_path):
     slo.write_text(f"for: {{{ALERT}: 4s, VLLMTargetDown: 3s}}\nwindows: {{held_back: 10s}}\nevaluation_interval: 1s\n")
     rules_file = tmp_path / "vllm.rules.yml"
     rules_file.write_text(rules_mod.render_plain(load_slo(str(slo))))
-    script = Script()
+    script = PressureScript()
     vllm = PageServer(script).start()
     sidecar = SidecarThread({"vllm_url": vllm.url, "poll_interval": 0.5, "window": 5,
                              "flight_labels": "namespace=llm,pod=vllm-0"})

@@ -25,19 +25,16 @@ import pytest
 from exporter.analysis.promapi import ServerError, SourceError
 from exporter.analysis.remote import RuleServer
 from exporter.analysis.rulefile import groups_from_data
-from exporter.cli import main
 from loadgen import Phase, history
 from promtsdb import prometheus_over
+from shared import main_for
 from test_capacity import MIXED, START_S, TEST_SLO
 
 SPEC = [Phase(1200, 1, 0.3, spec_accepted_ratio=0.7, gpu_utilization=0.3, power_watts=300),
         Phase(1200, 2.5, 0.9, spec_accepted_ratio=0.6, gpu_utilization=0.6, power_watts=450)]
 
 
-def _cli(capsys, *argv):
-    rc = main(["capacity", *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
+_cli = main_for("capacity")
 
 
 @pytest.fixture(scope="module")

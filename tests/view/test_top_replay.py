@@ -6,18 +6,16 @@ what it cannot read."""
 
 import gzip
 import re
-import subprocess
-import sys
 import threading
 
 import pytest
 
-from conftest import ROOT
 from exporter.analysis import postmortem as pm
 from exporter.analysis import replay as rp
 from exporter.harness.flightsim import simulated_record
 from exporter.view import playback
 from exporter.view.console import Screen
+from shared import run_cli
 
 T0 = 1_800_000_000.0
 SECONDS = 180
@@ -37,8 +35,7 @@ def flood(tmp_path_factory):
 
 
 def top(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "exporter", "top", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    return run_cli("top", *args, timeout=timeout)
 
 
 def test_each_replayed_poll_is_the_state_top_showed_then(flood):

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import bcrypt
 import pytest
@@ -20,6 +19,7 @@ from exporter.runtime.flight import FlightService, Recorder, openmetrics
 from exporter.runtime.server import SidecarServer
 from exporter.runtime.sidecar import Sidecar
 from helpers import PageSequence, cfg
+from shared import poll_until
 
 PASSWORD = "flight-pw"
 HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
@@ -146,16 +146,6 @@ def _children_of_us():
     return out
 
 
-def _wait(cond, what, timeout=120.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -191,11 +181,11 @@ def test_a_client_that_goes_away_kills_its_encoder(service):
     srv, flight, _ = service
     flight.argv = SLOW_CHILD
     s = _request(srv)
-    pid = _wait(flight.children, "the encoder to start")[0]
+    pid = poll_until(flight.children, "the encoder to start", timeout=120)[0]
     assert _alive(pid)
     s.close()
-    _wait(lambda: not _alive(pid), "the encoder to be killed")
-    _wait(lambda: flight.children() == [] and flight.busy == 0, "the service to forget it")
+    poll_until(lambda: not _alive(pid), "the encoder to be killed", timeout=120)
+    poll_until(lambda: flight.children() == [] and flight.busy == 0, "the service to forget it", timeout=120)
 
 
 def test_beyond_max_encoders_503_with_retry_after_then_served_again(service):
@@ -204,13 +194,13 @@ def test_beyond_max_encoders_503_with_retry_after_then_served_again(service):
     real = flight.argv
     flight.argv = SLOW_CHILD
     s = _request(srv)
-    pid = _wait(flight.children, "the encoder to start")[0]
+    pid = poll_until(flight.children, "the encoder to start", timeout=120)[0]
     r = requests.get(url + "/debug/flight", timeout=60)
     assert r.status_code == 503 and r.headers["Retry-After"] == "2"
     assert requests.get(url + "/metrics", timeout=30).status_code == 200  # scrapes are not held
     assert requests.get(url + "/debug/flight/events", timeout=60).json()["recorder"]["polls"] == 30  # nor the events
     s.close()
-    _wait(lambda: not _alive(pid) and flight.busy == 0, "the encoder to be killed")
+    poll_until(lambda: not _alive(pid) and flight.busy == 0, "the encoder to be killed", timeout=120)
     flight.argv = real
     assert requests.get(url + "/debug/flight", timeout=120).text.endswith("# EOF\n")
 
@@ -226,7 +216,7 @@ def test_shutdown_kills_the_encoders(clock, after_load):
     srv.start()
     s = _request(srv)
     try:
-        pid = _wait(flight.children, "the encoder to start")[0]
+        pid = poll_until(flight.children, "the encoder to start", timeout=120)[0]
         srv.stop()
         flight.close()
         assert not _alive(pid)

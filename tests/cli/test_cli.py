@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
@@ -15,12 +14,7 @@ from exporter.harness.localstack import free_port
 from exporter.harness.pageserver import PageServer
 from exporter.runtime import config
 from exporter.runtime.config import ConfigError
-
-
-def run_cli(*args, env=None, timeout=20):
-    e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True, text=True,
-                          timeout=timeout, env=e, cwd=ROOT)
+from shared import poll_until, run_cli
 
 
 def test_precedence_flags_over_env_over_file(tmp_path):
@@ -120,15 +114,6 @@ def _get(url):
         return None, ""
 
 
-def _wait(fn, timeout=60):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if fn():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def _poll_errors(page: str) -> float:
     """The failed reads of vLLM the sidecar's page counts, every reason together."""
     return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
@@ -147,18 +132,19 @@ def test_probes_logs_and_sigterm():
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e, cwd=ROOT)
     try:
         base = f"http://127.0.0.1:{port}"
-        assert _wait(lambda: _get(base + "/readyz")[0] == 200)
-        assert _wait(lambda: 'vllm_sidecar_target_up{target="vllm"} 1.0' in _get(base + "/metrics")[1])
+        assert poll_until(lambda: _get(base + "/readyz")[0] == 200, "/readyz 200")
+        assert poll_until(lambda: 'vllm_sidecar_target_up{target="vllm"} 1.0' in _get(base + "/metrics")[1], "vLLM up")
         vllm.stop()  # vLLM dies: the probes stay green, target_up says it
-        assert _wait(lambda: 'vllm_sidecar_target_up{target="vllm"} 0.0' in _get(base + "/metrics")[1])
+        assert poll_until(lambda: 'vllm_sidecar_target_up{target="vllm"} 0.0' in _get(base + "/metrics")[1], "vLLM down")
         # several failed polls (a poll a second, each read given 0.95 s: a loaded machine's slow read of
         # the local page must not count as a change of state): three more failed reads counted
         failed = _poll_errors(_get(base + "/metrics")[1])
-        assert _wait(lambda: _poll_errors(_get(base + "/metrics")[1]) >= failed + 3)
+        assert poll_until(lambda: _poll_errors(_get(base + "/metrics")[1]) >= failed + 3, "three more failed reads")
         assert _get(base + "/healthz")[0] == 200
         assert _get(base + "/readyz")[0] == 200
         vllm.start()
-        assert _wait(lambda: 'vllm_sidecar_target_up{target="vllm"} 1.0' in _get(base + "/metrics")[1])
+        assert poll_until(lambda: 'vllm_sidecar_target_up{target="vllm"} 1.0' in _get(base + "/metrics")[1],
+                          "vLLM up again")
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=20)  # it stops by itself (how fast is measured in bench/, not asserted)
     finally:

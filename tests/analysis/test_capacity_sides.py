@@ -20,10 +20,10 @@ import shutil
 import pytest
 
 from exporter.analysis import capacity_sides as sides
-from exporter.cli import main
 from exporter.slo import load_slo
 from loadgen import Phase, history
 from promtsdb import prometheus_over
+from shared import main_for
 from test_capacity import START_S, TEST_SLO
 
 # -- the user's plan, derived from the notes --------------------------------------------------------------
@@ -130,10 +130,7 @@ def test_missing_figures_make_no_plan(tmp_path):
     assert sp.prefill is None and sp.fits is None and sides.verdict(sp).startswith("NO PLAN: unknown --prompt-tokens")
 
 
-def _cli(capsys, *argv):
-    rc = main(["capacity", *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
+_cli = main_for("capacity")
 
 
 def test_cli_plan_says_impossible_first_and_fails_when_short(capsys, tmp_path):

@@ -29,8 +29,8 @@ import yaml
 from conftest import ROOT
 from exporter.pack.rules import render_plain
 from exporter.slo import load_slo
+from incident import ONSET, PODS, TOTAL, replica
 from promseries import RULES, promtool
-from test_incident_scenario import ONSET, PODS, TOTAL, replica
 
 pytestmark = pytest.mark.prometheus
 

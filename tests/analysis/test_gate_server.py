@@ -12,9 +12,9 @@ import json
 import pytest
 
 from exporter.analysis import gate
-from exporter.cli import main
 from loadgen import Phase, history
 from promtsdb import prometheus_over
+from shared import main_for
 
 START_S = 1_767_225_600
 SCRAPE = 15
@@ -45,10 +45,7 @@ def _sidecar(pod: str, t0: int, seconds: int, bad_from: int, slow: bool) -> str:
     return "\n".join(sorted(lines, key=lambda x: (x.split(" ")[0], int(x.rsplit(" ", 1)[1]))))
 
 
-def _cli(capsys, *argv):
-    rc = main(["gate", *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
+_cli = main_for("gate")
 
 
 @pytest.fixture(scope="module")

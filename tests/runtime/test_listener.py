@@ -20,11 +20,11 @@ import pytest
 
 from conftest import ROOT, page
 from exporter.errors import ConfigError
-from exporter.harness.localstack import wait_until
 from exporter.runtime import webconfig
 from exporter.runtime.server import SidecarServer, accepts_gzip
 from helpers import cfg, sidecar_with
 from pki import PKI
+from shared import poll_until, run_cli
 
 # Timeouts sized for a loaded machine (two shared cores, other suites running): IO_TIMEOUT bounds
 # any read a test makes and is never waited out when things work; WAITED is a server timeout a
@@ -113,10 +113,6 @@ def https(srv, pki, cert=None):
 def plain(srv):
     host, port = srv.address
     return http.client.HTTPConnection(host, port, timeout=IO_TIMEOUT)
-
-
-def wait_for(cond, what, deadline=60.0):
-    wait_until(cond, deadline, 0.01, what)
 
 
 def read_response_head(sock):
@@ -293,7 +289,7 @@ def test_503_with_retry_after_beyond_max_requests(published):
         held = []
         try:
             held = [_send(srv), _send(srv)]
-            wait_for(lambda: srv.inflight == 2, "two scrapes in flight")
+            poll_until(lambda: srv.inflight == 2, "two scrapes in flight", every=0.01)
             clock.t += 2  # the encoding has run for two seconds: bodies are not built fast enough
             with closing(plain(srv)) as c:
                 r, _ = request(c)
@@ -430,7 +426,7 @@ def test_500_idle_and_slowloris_connections_do_not_starve_a_scrape(published):
                 if i % 2:
                     s.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")  # slowloris: a head that never ends
                 crowd.append(s)
-            wait_for(lambda: srv.open_connections >= 500, "500 connections held by the server")
+            poll_until(lambda: srv.open_connections >= 500, "500 connections held by the server", every=0.01)
             with closing(plain(srv)) as c:
                 r, body = request(c)
                 assert r.status == 200 and b"vllm_sidecar_build_info" in body
@@ -558,12 +554,6 @@ def test_web_config_problems_are_named(tmp_path, pki):
     assert any("TLS_AES_128_GCM_SHA256 ignored" in n for n in notes)
 
 
-def run_cli(*args, env=None):
-    e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True, text=True,
-                          timeout=2 * IO_TIMEOUT, env=e, cwd=ROOT)
-
-
 @pytest.mark.parametrize("how,text,needle", [
     ("--web.config.file", "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/absent.key\n",
      "key_file {d}/absent.key: cannot read: No such file or directory"),
@@ -581,7 +571,7 @@ def test_cli_web_config_errors_exit_2_with_one_line(tmp_path, pki, how, text, ne
         env["VLLM_SIDECAR_WEB_CONFIG_FILE"] = path
     else:
         args += [how, path]
-    r = run_cli(*args, env=env)
+    r = run_cli(*args, env=env, timeout=2 * IO_TIMEOUT)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle.format(d=pki.dir) in lines[0], r.stderr
@@ -614,8 +604,9 @@ def test_cli_serves_tls_and_auth_on_ipv6(tmp_path, pki):
             return None, b""
 
     try:
-        wait_for(lambda: 'vllm_sidecar_target_up{target="vllm"} 1.0' in
-                 scrape(basic("prometheus", PASSWORD))[1].decode(), "an authenticated HTTPS scrape over IPv6")
+        poll_until(lambda: 'vllm_sidecar_target_up{target="vllm"} 1.0' in
+                   scrape(basic("prometheus", PASSWORD))[1].decode(), "an authenticated HTTPS scrape over IPv6",
+                   every=0.01)
         assert scrape(None)[0].status == 401
         assert scrape(basic("prometheus", "nope"))[0].status == 401
     finally:

@@ -137,8 +137,8 @@ def engine_differences(theirs, mine):
 
 
 def test_the_pack_on_vmalert_fires_promtools_episodes(tmp_path):
-    from test_incident_scenario import ONSET, TOTAL
-    from test_incident_scenario import inputs as pack_inputs
+    from incident import ONSET, TOTAL
+    from incident import inputs as pack_inputs
 
     vm_doc = yaml.safe_load(VM_RULES.read_text())  # the shipped vmalert file (rules --target vmalert)
     for busy in (False, True):

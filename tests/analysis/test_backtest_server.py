@@ -18,25 +18,19 @@ from exporter.analysis.promql.parser import parse
 from exporter.analysis.remote import Inliner, Unsupported
 from exporter.analysis.rulefile import groups_from_data
 from exporter.analysis.sources import input_series_store
-from exporter.cli import main
 from exporter.harness.victoria import VictoriaMetrics, binary
+from incident import EXPECTED_INCIDENT, ONSET, TOTAL, inputs
 from promtsdb import prometheus_over
+from shared import main_for
 from test_backtest_cli import BASE_S, openmetrics
-from test_incident_scenario import BAD, EXPECTED_INCIDENT, ONSET, PODS, TOTAL, replica
 
 
 @pytest.fixture(scope="module")
 def incident_inputs():
-    out = []
-    for pod in PODS:
-        out += replica(pod, incident=(pod == BAD))
-    return out
+    return inputs()  # the night, as the pack's promtool test replays it
 
 
-def _run(capsys, *argv):
-    rc = main(["backtest", *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
+_run = main_for("backtest")
 
 
 def _groups(rules):

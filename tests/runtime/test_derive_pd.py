@@ -344,7 +344,7 @@ def test_real_prefill_instance_and_the_roles_its_page_contradicts():
 
 
 def test_like_every_derived_series_the_role_is_left_out_while_vllm_cannot_be_read(clock):
-    """No derived series while vLLM is not read (tests/test_hostile.py): the role neither; the
+    """No derived series while vLLM is not read (tests/runtime/test_hostile.py): the role neither; the
     pack counts a pod without it as role both, and a pod that is not read has no signal to judge."""
     from exporter.runtime.fetch import FetchError
 

@@ -24,14 +24,15 @@ import numpy as np
 import pytest
 import yaml
 
+from conftest import FIXTURES
 from exporter.analysis import capacity as cap
 from exporter.analysis import capacity_report as rep
 from exporter.analysis.sources import load_openmetrics
 from exporter.analysis.stats import crossing, linear_fit, t_cdf, t_ppf
-from exporter.cli import main
 from exporter.slo import load_slo
 from loadgen import Phase, history, input_series
 from promtsdb import prometheus_over
+from shared import main_for
 
 DAY = cap.DAY_MS
 START_S = 1_767_225_600  # 2026-01-01T00:00:00Z
@@ -342,9 +343,8 @@ def test_promtool_records_the_same_headroom(tmp_path, slo, capsys):
     (tmp_path / "in.yml").write_text(yaml.safe_dump({"interval": "15s", "input_series": series}, width=10_000))
     slo_file = tmp_path / "slo.yaml"
     slo_file.write_text(TEST_SLO)
-    rc = main(["capacity", "--file", str(tmp_path / "in.yml"), "--slo", str(slo_file), "--start", "0", "--end", "3540",
-               "--step", "1m", "--json", "-"])
-    out, err = capsys.readouterr()
+    rc, out, err = _cli(capsys, "--file", str(tmp_path / "in.yml"), "--slo", str(slo_file), "--start", "0", "--end",
+                        "3540", "--step", "1m", "--json", "-")
     assert rc == 0, err
     at_end = json.loads(out)["models"][0]["recording_rules_at_end"]
     names = cap.capacity_names(cap.Ctx(slo))
@@ -365,10 +365,7 @@ def test_promtool_records_the_same_headroom(tmp_path, slo, capsys):
 
 # -- the command line -----------------------------------------------------------------------------------
 
-def _cli(capsys, *argv):
-    rc = main(["capacity", *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
+_cli = main_for("capacity")
 
 
 @pytest.fixture
@@ -514,13 +511,12 @@ BOX_SLO = ("windows: {rate: 1m}\nobjectives: {ttft_p95_seconds: 15, ttft_mean_se
 
 
 def test_on_the_real_vllm_the_capacity_per_mix_stays_within_what_the_replica_held(tmp_path):
-    from test_recordings import RECORDINGS, meta
-
-    m_meta = meta(MIX_CHANGE)
+    recordings = FIXTURES / "recordings"  # the real CPU vLLM's recordings (harness/test_recordings.py checks them)
+    m_meta = json.loads((recordings / MIX_CHANGE / "meta.json").read_text())
     f = tmp_path / "slo.yaml"
     f.write_text(BOX_SLO)
     slo = load_slo(str(f))
-    st = load_openmetrics(__import__("gzip").open(RECORDINGS / MIX_CHANGE / "prometheus.om.gz").read()).store
+    st = load_openmetrics(__import__("gzip").open(recordings / MIX_CHANGE / "prometheus.om.gz").read()).store
     first, last = st.time_range()
     report = cap.compute(st, cap.Options(slo, first, last, 15_000))
     m = report.models[0]

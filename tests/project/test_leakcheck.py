@@ -9,7 +9,7 @@ from pathlib import Path
 
 import leakcheck
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(leakcheck.__file__).resolve().parent  # the support modules' folder: -p leakcheck
 
 
 def alive(pid: int) -> bool:

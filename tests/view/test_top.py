@@ -53,6 +53,7 @@ from exporter.runtime.signals import (
 )
 from exporter.runtime.state import Published
 from exporter.view.console import Screen
+from shared import run_cli
 
 # the KV line a saturated replica shows: usage 97%, six requests waiting, all for KV capacity
 KV_LINE = "  KV cache    usage 97%   pressure saturated   waiting 6 (for KV 6, cache full)"
@@ -79,8 +80,7 @@ def vllm():
 
 
 def top(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "exporter", "top", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    return run_cli("top", *args, timeout=timeout)
 
 
 # -- the sidecar's /metrics read back ---------------------------------------------------------------

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from conftest import FIXTURES
 from exporter.runtime.exposition import parse
 from helpers import ours, reference, same
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 V033 = FIXTURES / "vllm-0.33"
 SHAPES = sorted(p.name for p in V033.iterdir() if p.is_dir())
 CONSUMERS = {"kv_consumer", "kv_consumer_failing", "kv_consumer_recomputing", "kv_both"}
