@@ -3,17 +3,12 @@ once, at a cheap cell, judged as test_scenarios.py judges its sample (its own ex
 never a first loud alert later than the naive rules). What the simulated pods write is checked
 against what vLLM 0.33 writes for each role, and the expectation syntax (alert labels matched,
 deadlines rounded to the evaluation) on hand-made timelines.
-
-Cells that need the pack's issue-28 alerts and role joins, or issue 29's rewrite, are expected to
-fail (strictly: a pass is reported) until the pack rendered in rules/vllm.rules.yml has them;
-from then on they are ordinary tests.
 """
 
 import math
 
 import numpy as np
 import pytest
-import yaml
 
 from conftest import ROOT
 from exporter.harness import matrix
@@ -26,41 +21,29 @@ from exporter.harness.scenarios.judge import AlertTrack, Timeline, judge, matchi
 from exporter.harness.scenarios.series import Book
 
 RULES = ROOT / "rules" / "vllm.rules.yml"
-PACK = RULES.read_text()
-ALERTS = {r["alert"]: r for g in yaml.safe_load(PACK)["groups"] for r in g["rules"] if "alert" in r}
-# the pack of issue 28 joins every replica's role; issue 29's rewrite keeps every alert to 600 characters
-ISSUE28 = "vllm_sidecar_role_info" in PACK
-ISSUE29 = all(len(r["expr"]) <= 600 for r in ALERTS.values())
-
-
-def needs(ready: bool, what: str):
-    return pytest.mark.xfail(not ready, reason=f"the pack in rules/vllm.rules.yml lacks {what}", strict=True)
 
 
 SAMPLE = [
-    pytest.param(Cell("pd-prefill-busy-healthy", 2, 30, "none"), marks=needs(ISSUE28, "role-aware alerts")),
-    pytest.param(Cell("pd-decode-healthy", 3, 15, "none"), marks=needs(ISSUE28, "role-aware alerts")),
-    pytest.param(Cell("pd-transfer-failing", 1, 15, "none"), marks=needs(ISSUE28, "VLLMKVTransferFailing")),
-    pytest.param(Cell("pd-transfer-silent", 2, 30, "none"), marks=needs(ISSUE28, "VLLMKVTransferFailing")),
-    pytest.param(Cell("pd-prefill-flooded", 2, 60, "none"), marks=needs(ISSUE28, "VLLMDisaggregationImbalance")),
-    pytest.param(Cell("pd-decode-saturated", 3, 30, "none"), marks=needs(ISSUE28, "VLLMDisaggregationImbalance")),
-    pytest.param(Cell("pd-spec-acceptance-halved", 1, 30, "1h"), marks=needs(ISSUE28, "VLLMSpecDecodeAcceptanceLow")),
-    pytest.param(Cell("pd-engine-sleeping", 8, 60, "none"), marks=needs(ISSUE28, "role-aware fleet comparisons")),
-    pytest.param(Cell("pd-engine-wedged", 1, 5, "none"), marks=needs(ISSUE28, "the wedged-engine stall")),
-    pytest.param(Cell("decode-flood", 1, 30, "none"), marks=needs(ISSUE29, "issue 29's rewrite")),
+    Cell("pd-prefill-busy-healthy", 2, 30, "none"),
+    Cell("pd-decode-healthy", 3, 15, "none"),
+    Cell("pd-transfer-failing", 1, 15, "none"),
+    Cell("pd-transfer-silent", 2, 30, "none"),
+    Cell("pd-prefill-flooded", 2, 60, "none"),
+    Cell("pd-decode-saturated", 3, 30, "none"),
+    Cell("pd-spec-acceptance-halved", 1, 30, "1h"),
+    Cell("pd-engine-sleeping", 8, 60, "none"),
+    Cell("pd-engine-wedged", 1, 5, "none"),
+    Cell("decode-flood", 1, 30, "none"),
     Cell("long-prompt-surge", 2, 60, "none"),
     Cell("busy-healthy-long-bursts", 2, 15, "none"),
+    Cell("busy-healthy-long-bursts", 3, 30, "1h"),  # a burst of 3 long prompts beside two quiet peers: no surge
     Cell("chronic-overload-2d", 1, 60, "none"),
 ]
 
 
-def _cell(p) -> Cell:
-    return p.values[0] if hasattr(p, "values") else p
-
-
 def test_the_sample_covers_every_new_scenario_and_the_matrix_lists_them():
     new = set(pd_catalog.PD_SCENARIOS) | set(SCENARIOS29)
-    assert {_cell(p).scenario for p in SAMPLE} == new
+    assert {c.scenario for c in SAMPLE} == new
     assert new <= set(matrix.SYNTHETIC)
     cells = matrix.all_cells()
     for name in new:
@@ -79,7 +62,7 @@ def naive():
     return naive_rules_file()
 
 
-@pytest.mark.parametrize("cell", SAMPLE, ids=lambda c: str(_cell(c)))
+@pytest.mark.parametrize("cell", SAMPLE, ids=str)
 def test_cell_meets_its_expectations(cell, naive):
     r = matrix.evaluate(cell, RULES, naive, exact=True)
     report = "\n".join(f"  {a} on {p}: first {f:+.1f}m, {e} episodes, {m:.0f} minutes" for a, p, f, e, m, _ in r.pack.rows)
