@@ -694,11 +694,6 @@ def linear_slope(points: Sequence[Tuple[float, float]]) -> Optional[float]:
     return sum((t - mt) * (y - my) for t, y in points) / den
 
 
-def gauge_values(snap: Snapshot, key: str, model: str) -> List[float]:
-    """Every engine's value of a gauge input for one model (extra labels kept apart)."""
-    return snap.gauge(key, model)
-
-
 def restarted(prev: Snapshot, cur: Snapshot) -> bool:
     """True when vLLM's process start time changed between two snapshots."""
     return (prev.process_start is not None and cur.process_start is not None

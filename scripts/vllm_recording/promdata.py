@@ -4,7 +4,6 @@ histogram reads the facts are made of."""
 
 from __future__ import annotations
 
-import bisect
 import math
 import subprocess
 import tarfile
@@ -88,11 +87,6 @@ def _split_labels(s: str) -> List[str]:
     if cur:
         parts.append(cur)
     return parts
-
-
-def at_or_before(vals: List[Tuple[float, float]], t: float) -> Optional[float]:
-    i = bisect.bisect_right([x[0] for x in vals], t) - 1
-    return vals[i][1] if i >= 0 else (vals[0][1] if vals else None)
 
 
 def increase(vals: List[Tuple[float, float]], a: float, b: float) -> float:
