@@ -10,11 +10,13 @@ over the long window at that step (a subquery: one point per hour, 336 for 14 da
 - ``max``/``min``: the maximum of the hourly maxima, and of the current hour's: the same maximum
   over a window between the long one and one step longer (the subquery's first hour starts up to
   a step before the window);
-- ``sum``: the sum of the hourly sums, over whole steps: the window ends at the last step
-  boundary (up to ``history_step`` before now, or before the read's offset);
-- ``avg``: the hourly sums over the hourly counts, summed over the window as ``sum`` is: the
-  average of every sample (not of the hourly averages, so a series recorded only some of the time,
-  as the busy replicas' throughput is, weighs each sample once), over the same window as ``sum``.
+- ``sum``: the sum of the hourly sums at each step, plus the current hour's sum, so that the window
+  reaches now (or the read's offset) as before: the samples between the last step and an hour
+  before now are counted twice (a share of up to one step in the long window: 1/72 of a 3-day
+  window, 1/24 of a day);
+- ``avg``: those sums over the hourly counts summed the same way: the average of every sample (not
+  of the hourly averages, so a series recorded only some of the time, as the busy replicas'
+  throughput is, weighs each sample once), the same samples counted twice.
 
 ``quantile_over_time`` reads one sample every ``windows.quantile_step`` (5 minutes: 288 points
 over a day instead of 2,880): a quantile of a sample of the window, approximately the quantile of
@@ -70,10 +72,14 @@ def coarsen(rules: Sequence[Recording], windows: Dict[str, str]) -> List[Recordi
             cmp = ">" if fn == "max" else "<"
             cur = f"{agg}{off}"
             return f"({fn}_over_time({agg}{sub}) {cmp} {cur}\nor {cur}\nor {fn}_over_time({agg}{sub}))"
-        total = f"sum_over_time({aggregate(series, 'sum', matchers)}{sub})"
+        def total(agg: str) -> str:
+            # the whole steps, and the current step's aggregate: the window reaches now (or the offset)
+            steps, cur = f"sum_over_time({agg}{sub})", f"{agg}{off}"
+            return f"({steps} + {cur}\nor {cur}\nor {steps})"
+
         if fn == "sum":
-            return total
-        return f"({total} / sum_over_time({aggregate(series, 'count', matchers)}{sub}))"
+            return total(aggregate(series, "sum", matchers))
+        return f"({total(aggregate(series, 'sum', matchers))}\n/ {total(aggregate(series, 'count', matchers))})"
 
     def sample(m: re.Match) -> str:
         q, series, matchers, window, offset = m.group(1), m.group(2), m.group(3) or "", m.group(4), m.group(5)
