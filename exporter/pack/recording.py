@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence, Tuple
 
-from . import conditions, recording_pd
+from . import conditions, longreads, recording_pd
 from .context import CAPACITY, ERR, NOABORT, NOT4XX, QUANTILES, S5XX, Ctx, indent, le_for
 from .recorded import Recording
 
@@ -443,4 +443,5 @@ def recording_rules(c: Ctx, families: Sequence = FAMILIES) -> List[Recording]:
     out: List[Recording] = []
     for fam in families:
         out += fam(c)
-    return out
+    # every read over days of a recorded series, from its hourly aggregates (longreads)
+    return longreads.coarsen(out, c.windows)

@@ -41,7 +41,20 @@ def test_long_windows_read_per_model_series_only():
     assert max(reads.values()) >= 14 * 24 * HOUR_MS and len(reads) >= 5, reads
     per_replica = {name for name in reads if not name.startswith("namespace_model:")}
     assert per_replica == set(), per_replica
-    assert "namespace_model:vllm_requests_running_uncontended:max" in reads
+    assert any(n.startswith("namespace_model:vllm_requests_running_uncontended:max") for n in reads)
+
+
+def test_reads_over_days_take_hourly_aggregates():
+    """Every read over a day or more (windows.history_from) of a recorded series reads its
+    hourly aggregates (windows.history_step) at an hourly step, or (a quantile) one sample every
+    windows.quantile_step: no rule reads a day of a 30 s series sample by sample."""
+    for group in yaml.safe_load((ROOT / rules_mod.PLAIN_PATH).read_text())["groups"]:
+        for rule in group["rules"]:
+            for node in walk(parse(rule["expr"])):
+                if isinstance(node, MatrixSelector):
+                    assert node.range_ms < 24 * HOUR_MS, (rule.get("record") or rule.get("alert"), rule["expr"])
+                elif isinstance(node, SubqueryExpr):
+                    assert node.step_ms in (HOUR_MS, 5 * 60_000), rule["expr"]
 
 
 def test_the_ceiling_is_the_uncontended_batch_or_the_operators_max_num_seqs():
@@ -51,8 +64,10 @@ def test_the_ceiling_is_the_uncontended_batch_or_the_operators_max_num_seqs():
     learned = rules(load_slo(None))
     assert learned["namespace_pod_model:vllm_requests_running_uncontended:sum"].startswith(
         "namespace_pod_model:vllm_requests_running:sum\nunless on (cluster, namespace, pod, model_name)\n")
+    hourly = "namespace_model:vllm_requests_running_uncontended:max_max_over_time1h"
+    assert learned[hourly] == "max_over_time(namespace_model:vllm_requests_running_uncontended:max[1h])"
     assert learned["namespace_model:vllm_batch_ceiling:max"] == \
-        "max_over_time(namespace_model:vllm_requests_running_uncontended:max[1d])"
+        f"(max_over_time({hourly}[1d:1h]) > {hourly}\nor {hourly}\nor max_over_time({hourly}[1d:1h]))"
     slo = load_slo(None)
     slo["kv_cache"]["max_num_seqs"] = 20
     assert rules(slo)["namespace_model:vllm_batch_ceiling:max"].endswith("* 0 + 20")
@@ -65,7 +80,7 @@ def test_a_renamed_replica_level_moves_the_check_with_it():
     text = rules_mod.render_plain(slo)
     reads = long_reads(text, HOUR_MS)
     assert {n for n in reads if not n.startswith("cluster_namespace_model:")} == set()
-    assert "cluster_namespace_model:vllm_requests_running_uncontended:max" in reads
+    assert any(n.startswith("cluster_namespace_model:vllm_requests_running_uncontended:max") for n in reads)
 
 
 # -- the two cheaper reads, evaluated by promtool (Prometheus' rule engine) ------------------------
@@ -114,10 +129,11 @@ def test_promtool_the_sustainable_figure_keeps_the_best_of_replicas_long_gone(tm
     that come and go, as a rollout replaces them: the best level ever held (9, by a pod gone
     since minute 3) stays, while the best of the replicas serving now is 2."""
     data = yaml.safe_load((ROOT / rules_mod.PLAIN_PATH).read_text())
-    best, sustainable = ("namespace_model:vllm_generation_tokens_sustained_per_replica:max",
-                         "namespace_model:vllm_generation_tokens_sustainable_per_replica:max_over_time14d")
-    chosen = [r for g in data["groups"] for r in g["rules"] if r.get("record") in (best, sustainable)]
-    assert [r["record"] for r in chosen] == [best, sustainable]
+    best, hourly, sustainable = ("namespace_model:vllm_generation_tokens_sustained_per_replica:max",
+                                 "namespace_model:vllm_generation_tokens_sustained_per_replica:max_max_over_time1h",
+                                 "namespace_model:vllm_generation_tokens_sustainable_per_replica:max_over_time14d")
+    chosen = [r for g in data["groups"] for r in g["rules"] if r.get("record") in (best, hourly, sustainable)]
+    assert [r["record"] for r in chosen] == [best, hourly, sustainable]
     rules = tmp_path / "capacity.rules.yml"
     rules.write_text(yaml.safe_dump({"groups": [{"name": "capacity", "rules": chosen}]}, sort_keys=False))
     held = "namespace_pod_model:vllm_generation_tokens_within_slo:min_over_time10m"

@@ -21,7 +21,8 @@ runbook_base_url: https://runbooks.example.org/llm
 evaluation_interval: 40s
 windows: {rate: 4m, sustain: 90s, sidecar: 45s, queue_growth: 7m, hardware_errors: 13m, target_seen: 2h,
           startup: 19m, held_back: 100s, held_back_sparse: 11m, batch_peak: 20h, baseline: 36h, baseline_offset: 25m,
-          baseline_edge: 50m, episode: 35m, episode_recent: 12m, preemptions: 6m}
+          baseline_edge: 50m, episode: 35m, episode_recent: 12m, preemptions: 6m,
+          history_from: 30h, history_step: 90m, quantile_step: 7m}
 labels: {team: llm-serving}
 objectives: {ttft_mean_seconds: 1.25, ttft_p95_seconds: 2.25, output_tokens_per_second: 40, availability: 0.9975}
 availability_sli: engine
@@ -135,7 +136,7 @@ def test_the_changed_values_reach_every_file(tmp_path):
     rules = files["rules/vllm.rules.yml"]
     assert "cluster_namespace_pod_model:vllm_generation_tokens:rate4m" in rules
     assert "cluster_namespace_model:vllm_availability_errors:ratio_rate2h" in rules
-    assert 'xid=~"31|43"' in rules and "[13m]" in rules and "[2h]" in rules and "[36h] offset 25m" in rules
+    assert 'xid=~"31|43"' in rules and "[13m]" in rules and "[2h]" in rules and "[36h:90m] offset 25m" in rules and "[36h:7m] offset 25m" in rules
     assert "https://runbooks.example.org/llm/VLLMTTFTHigh.md" in rules
     books = "".join(t for rel, t in files.items() if rel.startswith("docs/runbooks/"))
     for needle in ("rate4m", "90s", "2.25 s", "0.93", "7 minutes", "13x", "99.75%"):
