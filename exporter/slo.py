@@ -390,6 +390,7 @@ SCHEMA: Dict[str, Check] = {
     "windows.queue_growth": _duration,
     "windows.hardware_errors": _duration,
     "windows.target_seen": _duration,
+    "windows.target_seen_step": _duration_or_zero,
     "windows.startup": _duration,
     "windows.held_back": _duration,
     "windows.held_back_sparse": _duration,

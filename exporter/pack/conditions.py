@@ -72,7 +72,8 @@ def inputs(c: Ctx) -> List[Recording]:
     """Per-replica inputs the comparisons read: the GPUs' mean utilization, the sidecar's
     long-prompt figures, the process's uptime, which targets were seen."""
     n, s, r = names(c), c.selector, c.per_pod
-    seen = c.windows["target_seen"]
+    step = c.windows["target_seen_step"]
+    seen = c.windows["target_seen"] + (f":{step}" if c.seconds(step) else "")
     read_before = f"max by ({r}) (vllm_sidecar_last_success_timestamp_seconds{s(TVLLM)})"
     sidecar_age = f"time() - max by ({r}) (vllm_sidecar_process_start_time_seconds{s()})"
 

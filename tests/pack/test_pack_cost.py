@@ -44,6 +44,16 @@ def test_long_windows_read_per_model_series_only():
     assert any(n.startswith("namespace_model:vllm_requests_running_uncontended:max") for n in reads)
 
 
+def test_targets_seen_are_looked_for_once_a_minute():
+    """Whether a target was seen within windows.target_seen (an hour) is read at a 1-minute step,
+    not from every scrape of the hour."""
+    rules = {r.get("record"): r["expr"] for g in yaml.safe_load((ROOT / rules_mod.PLAIN_PATH).read_text())["groups"]
+             for r in g["rules"]}
+    seen = rules["namespace_pod_target:up:max_seen1h"]
+    assert "max_over_time(vllm:num_requests_running[1h:1m])" in seen
+    assert "max_over_time(vllm_sidecar_build_info[1h:1m])" in seen
+
+
 def test_reads_over_days_take_hourly_aggregates():
     """Every read over a day or more (windows.history_from) of a recorded series reads its
     hourly aggregates (windows.history_step) at an hourly step, or (a quantile) one sample every
@@ -53,7 +63,7 @@ def test_reads_over_days_take_hourly_aggregates():
             for node in walk(parse(rule["expr"])):
                 if isinstance(node, MatrixSelector):
                     assert node.range_ms < 24 * HOUR_MS, (rule.get("record") or rule.get("alert"), rule["expr"])
-                elif isinstance(node, SubqueryExpr):
+                elif isinstance(node, SubqueryExpr) and node.range_ms >= 24 * HOUR_MS:
                     assert node.step_ms in (HOUR_MS, 5 * 60_000), rule["expr"]
 
 
