@@ -1,0 +1,109 @@
+"""The page's shape kept between polls (``exposition._Plan``): a page of the same shape as the
+last clean one is read without a step per line, and whatever the page, the answer is the one the
+line-by-line loop gives with the same series cache."""
+
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import page as fixture_page
+from exporter.harness import pagetransform as pt
+from exporter.runtime.exposition import Parser
+from exporter.runtime.inputs import route
+
+SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PAGE = fixture_page("after_pressure.txt")
+
+
+def _v(x):
+    return "nan" if isinstance(x, float) and math.isnan(x) else x
+
+
+def answer(p):
+    """Everything a page says, NaN comparable."""
+    return ([(n, _v(v)) for n, v in p.selected], p.counted, p.lines, p.malformed, dict(p.reasons),
+            p.first_error, dict(p.types), p.samples)
+
+
+class LineByLine(Parser):
+    """The same parser with no shape kept: every page read by the loop."""
+
+    def parse(self, text):
+        self._plan = None
+        return super().parse(text)
+
+
+def both(*texts):
+    """Each text read in turn by a parser keeping the shape and by one that does not; the same
+    answers. Returns the first parser."""
+    a, b = Parser(select=route), LineByLine(select=route)
+    for t in texts:
+        assert answer(a.parse(t)) == answer(b.parse(t))
+    return a
+
+
+def test_pages_of_one_shape_are_read_through_it():
+    pages = [pt.scale_counters(PAGE, 1.0 + i * 0.01) for i in range(6)]
+    a = both(*pages)
+    assert a.plan_reads == 4  # the first page cold, the second builds the shape, the rest use it
+    fresh = Parser(select=route).parse(pages[-1])  # and cold, the same values
+    assert answer(a.parse(pages[-1])) == answer(fresh)
+
+
+def test_a_cache_clear_drops_the_shape():
+    a = both(PAGE, PAGE, PAGE)
+    assert a.plan_reads == 1
+    a.clear()
+    assert a._plan is None
+    a.parse(PAGE)  # cold again: no shape kept from a page read the careful way
+    assert a.plan_reads == 1 and a._plan is None
+    a.parse(PAGE)
+    a.parse(PAGE)
+    assert a.plan_reads == 2
+
+
+def _lines():
+    return PAGE.rstrip("\n").split("\n")
+
+
+def _samples():
+    return [i for i, line in enumerate(_lines()) if line and not line.startswith("#")]
+
+
+ODD_VALUES = ["1_0", "abc", "", "NaN", "+Inf", "-Inf", "nan", "inf", "1e400", "0x10", " 1", "1 ",
+              "1.0 1700000000000", "1\t", "1" * 41, "1." + "0" * 39, "١", "+1", "-0", "1e+06",
+              "1 # {a=\"b\"} 1"]
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 10 ** 6), st.sampled_from(ODD_VALUES)), max_size=3),
+       st.sampled_from(["none", "swap", "drop", "dup", "space", "comment", "blank", "crlf", "append"]),
+       st.integers(0, 10 ** 6))
+def test_any_change_reads_as_line_by_line(edits, shape, at):
+    lines = _lines()
+    samples = _samples()
+    for k, value in edits:
+        i = samples[k % len(samples)]
+        lines[i] = lines[i].rpartition(" ")[0] + " " + value
+    i = samples[at % len(samples)]
+    j = samples[(at * 7 + 3) % len(samples)]
+    if shape == "swap":
+        lines[i], lines[j] = lines[j], lines[i]
+    elif shape == "drop":
+        del lines[i]
+    elif shape == "dup":
+        lines.insert(j, lines[i])
+    elif shape == "space":
+        lines[i] = lines[i].replace(" ", "  ", 1)
+    elif shape == "comment":
+        lines.insert(i, "# HELP odd a comment")
+    elif shape == "blank":
+        lines.insert(i, "")
+    elif shape == "crlf":
+        lines[i] += "\r"
+    elif shape == "append":
+        lines[i] = lines[i] + "0"
+    odd = "\n".join(lines) + "\n"
+    # clean page, its shape kept, then the odd one, then the clean one again and the odd one twice
+    both(PAGE, PAGE, odd, PAGE, odd, odd, pt.scale_counters(PAGE, 1.5))
