@@ -7,6 +7,7 @@ of a grid at once with numpy's element operations, so the two cannot disagree on
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from typing import Iterable, List, Sequence, Tuple
 
 Buckets = List[Tuple[float, float]]  # (upper bound, cumulative count), sorted
@@ -67,7 +68,15 @@ def _coalesce_monotonic(bounds: Sequence[float], counts: Sequence, ops) -> Tuple
         else:
             B.append(le)
             C.append(c)
-    if C:
+    if C and ops is ScalarOps:  # the same steps with ScalarOps.where written out (one step, floats)
+        hi = C[0]
+        for i in range(1, len(C)):
+            c = C[i]
+            if c < hi:
+                C[i] = hi
+            if c > hi:
+                hi = c
+    elif C:
         hi = C[0]
         for i in range(1, len(C)):
             c = C[i]
@@ -122,7 +131,7 @@ def bucket_quantile(q, bounds: Sequence[float], counts: Sequence, ops=ScalarOps,
 def prepare_buckets(buckets: Iterable[Tuple[float, float]]) -> Buckets:
     """Cumulative buckets (upper bound, count) sorted, equal bounds merged and made monotonic,
     as ``bucketQuantile`` prepares them."""
-    pairs = sorted(buckets, key=lambda b: b[0])
+    pairs = sorted(buckets, key=itemgetter(0))
     B, C = _coalesce_monotonic([le for le, _ in pairs], [c for _, c in pairs], ScalarOps)
     return list(zip(B, C))
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import List, Optional, Tuple
 
-from ..buckets import count_at_or_below, histogram_quantile, prepare_buckets
+from ..buckets import ScalarOps, bucket_quantile, count_at_or_below, prepare_buckets
 from ..inputs import Hist
 from ..rolling import Window, model_hist
 from .results import QUANTILES, Distribution, Latency, Prompts
@@ -35,8 +35,9 @@ def quantiles_or_bounds(qs, buckets) -> List[Tuple[float, bool]]:
     b = prepare_buckets(buckets)
     out = []
     first_le, first_count = b[0] if b else (math.nan, 0.0)
+    bounds, counts = [le for le, _ in b], [c for _, c in b]  # split once for every quantile
     for q in qs:
-        v = histogram_quantile(q, b, prepared=True)
+        v = bucket_quantile(q, bounds, counts, ScalarOps, True)  # histogram_quantile(q, b, prepared=True)
         if (not math.isnan(v) and 0 < first_le < math.inf and first_count > 0
                 and q * b[-1][1] <= first_count):
             out.append((first_le, True))
