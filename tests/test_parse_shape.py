@@ -107,3 +107,19 @@ def test_any_change_reads_as_line_by_line(edits, shape, at):
     odd = "\n".join(lines) + "\n"
     # clean page, its shape kept, then the odd one, then the clean one again and the odd one twice
     both(PAGE, PAGE, odd, PAGE, odd, odd, pt.scale_counters(PAGE, 1.5))
+
+
+def test_the_builder_reads_a_kept_shape_as_the_rows_it_stands_for():
+    """The reader hands the page's shape to the builder, which keeps the names each input is read
+    under for it; the snapshots are those of a reader that never keeps a shape."""
+    from exporter.runtime.inputs import Reader
+
+    a, b = Reader(), Reader()
+    b.parser = LineByLine(select=route)
+    for i in range(5):
+        text = pt.scale_counters(PAGE, 1.0 + i * 0.01)
+        pa, sa = a.read(text, 1000.0 + i)
+        pb, sb = b.read(text, 1000.0 + i)
+        assert pb.shape is None and (pa.shape is not None) == (i >= 2)
+        assert sa == sb
+    assert a.builder._shape is pa.shape

@@ -95,6 +95,7 @@ class Page:
     first_error: Optional[str] = None
     lines: int = 0  # sample lines read (well-formed or not)
     counted: int = 0  # series ``select`` answered ``COUNT`` for
+    shape: Any = None  # read through a kept shape: that shape (the same object, the same notes in ``selected``)
 
     def names(self) -> set:
         return {s.name for s in self.samples}
@@ -344,6 +345,7 @@ class _Plan:
         page.selected = list(zip(self.notes, self.get_selected(floats)))
         page.counted = self.counted
         page.lines = len(vals)
+        page.shape = self
         return page
 
 

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 from .exposition import COUNT, DEFAULT_LIMITS, Limits, Page, Parser
 
@@ -167,6 +167,7 @@ class Route(NamedTuple):
     le: float  # bucket bound (NaN when not a bucket)
     lo: float  # the value must lie in [lo, hi] (NaN and infinities never do)
     hi: float
+    key: tuple = ()  # where its value goes: (input, model, engine, extra); a histogram's part (input, model, engine)
 
 
 class LoraRoute(NamedTuple):
@@ -272,7 +273,8 @@ def route(name: str, labels) -> object:
         lo, hi = GAUGE_RANGE.get(inp.key, (-_BIG, _BIG))
     else:
         lo, hi = 0.0, _BIG
-    return Route(inp, role, prio, model, engine, extra, le, lo, min(hi, _BIG))
+    key = (inp.key, model, engine) if role in ("bucket", "sum", "count") else (inp.key, model, engine, extra)
+    return Route(inp, role, prio, model, engine, extra, le, lo, min(hi, _BIG), key)
 
 
 @dataclass(frozen=True)
@@ -398,26 +400,25 @@ class _Work:
 
     def take(self, r: Route, v: float) -> None:
         """One admitted sample of an input: checked, then into values, created or a histogram."""
-        inp, role, model, engine = r.input, r.role, r.model, r.engine
         if not r.lo <= v <= r.hi:
-            self.reject(f"{inp.names[r.prio]} ({role}, model {model!r}, engine {engine!r}) = {v!r}")
+            inp, role = r.input, r.role
+            self.reject(f"{inp.names[r.prio]} ({role}, model {r.model!r}, engine {r.engine!r}) = {v!r}")
             if inp.kind == HISTOGRAM and role != "created":
-                self.bad_hists.add((inp.key, model, engine))
+                self.bad_hists.add((inp.key, r.model, r.engine))
             return
-        self.models.add(model)
+        self.models.add(r.model)
+        role, key = r.role, r.key
         if role == "value":
-            key = (inp.key, model, engine, r.extra)
             values = self.snap.values
             # labels this table folds (none on vLLM's pages today): add them up
             values[key] = values.get(key, 0.0) + v
         elif role == "created":
-            key = (inp.key, model, engine, r.extra)
             created = self.snap.created
             created[key] = min(v, created.get(key, v))
         else:
-            parts = self.hist_parts.get((inp.key, model, engine))
+            parts = self.hist_parts.get(key)
             if parts is None:
-                parts = self.hist_parts[(inp.key, model, engine)] = [{}, None, None]
+                parts = self.hist_parts[key] = [{}, None, None]
             if role == "bucket":
                 b = parts[0]
                 b[r.le] = b.get(r.le, 0.0) + v
@@ -478,12 +479,20 @@ class Builder:
         self.caps = caps
         self.models = _Admission(caps.max_models, memory)
         self.engines = _Admission(caps.max_engines, memory)
+        self._shape: Any = None  # the page shape ``best`` was worked out for
+        self._best: Dict[str, int] = {}
 
-    def build(self, rows, t: float, counted: int = 0) -> Snapshot:
-        """``rows``: (Route, value) pairs in page order."""
+    def build(self, rows, t: float, counted: int = 0, shape: Any = None) -> Snapshot:
+        """``rows``: (Route, value) pairs in page order. ``shape``: an object that stands for the
+        sequence of routes in ``rows`` (the parser's kept page shape, ``Page.shape``): the same
+        object, the same routes, so the names each input is read under are not worked out again."""
         self.models.expire(t)
         self.engines.expire(t)
-        best = _best_names(rows)
+        if shape is not None and shape is self._shape:
+            best = self._best
+        else:
+            best = _best_names(rows)
+            self._shape, self._best = shape, best
         snap = Snapshot(t=t)
         work = _Work(snap, self.caps.max_label_values)
         routed = 0
@@ -584,5 +593,5 @@ class Reader:
 
     def read(self, text: str, t: float) -> Tuple[Page, Snapshot]:
         page = self.parser.parse(text)
-        snap = self.builder.build(page.selected, t, page.counted)
+        snap = self.builder.build(page.selected, t, page.counted, page.shape)
         return page, snap
