@@ -123,3 +123,71 @@ def test_the_builder_reads_a_kept_shape_as_the_rows_it_stands_for():
         assert pb.shape is None and (pa.shape is not None) == (i >= 2)
         assert sa == sb
     assert a.builder._shape is pa.shape
+
+
+def _two_models(text):
+    """The page with each vLLM line twice: model tiny-llama on engine 0 and model other on engine 1."""
+    out = []
+    for line in text.split("\n"):
+        out.append(line)
+        if 'model_name="tiny-llama"' in line:
+            out.append(line.replace('model_name="tiny-llama"', 'model_name="other"').replace('engine="0"', 'engine="1"'))
+    return "\n".join(out)
+
+
+def _both_readers(caps, texts):
+    """Two readers, one keeping the page's shape (the builder's program), one reading every page
+    line by line (the builder's loop): the same snapshots and the same admissions, page by page."""
+    from exporter.runtime.inputs import Reader
+
+    a, b = Reader(caps, memory=30.0), Reader(caps, memory=30.0)
+    b.parser = LineByLine(select=route)
+    for i, text in enumerate(texts):
+        t = 1000.0 + 10.0 * i
+        _pa, sa = a.read(text, t)
+        _pb, sb = b.read(text, t)
+        assert sa == sb
+        assert list(sa.values) == list(sb.values) and list(sa.hists) == list(sb.hists)  # the same order
+        for x, y in ((a.builder.models, b.builder.models), (a.builder.engines, b.builder.engines)):
+            assert list(x.seen.items()) == list(y.seen.items())
+    return a
+
+
+BAD = ["-1", "NaN", "+Inf", "-Inf", "1e309", "-0", "0", "1e308", "2"]
+
+
+@SETTINGS
+@given(st.sampled_from(["one", "two", "lora"]), st.integers(1, 3), st.integers(1, 3), st.integers(1, 6),
+       st.lists(st.tuples(st.integers(0, 6), st.integers(0, 10 ** 6), st.sampled_from(BAD)), max_size=4))
+def test_the_builders_program_makes_the_loops_snapshot(kind, max_models, max_engines, max_extra, edits):
+    from exporter.runtime.inputs import Caps
+
+    base = {"one": PAGE, "two": _two_models(PAGE), "lora": fixture_page("lora_running.txt")}[kind]
+    texts = [pt.scale_counters(base, 1.0 + i * 0.01) for i in range(7)]
+    for page_no, k, value in edits:  # a value out of its range on one page (or not: "2", "0")
+        lines = texts[page_no].split("\n")
+        samples = [i for i, line in enumerate(lines) if line and not line.startswith("#")]
+        i = samples[k % len(samples)]
+        lines[i] = lines[i].rpartition(" ")[0] + " " + value
+        texts[page_no] = "\n".join(lines)
+    a = _both_readers(Caps(max_models, max_engines, max_extra), texts)
+    assert a.builder._shape is not None
+
+
+def test_the_builders_program_is_used_on_a_steady_page():
+    from exporter.runtime import inputs
+
+    runs = []
+    real = inputs.Builder._run
+
+    def spy(self, *args):
+        ok = real(self, *args)
+        runs.append(ok)
+        return ok
+
+    inputs.Builder._run = spy
+    try:
+        _both_readers(inputs.Caps(), [pt.scale_counters(PAGE, 1.0 + i * 0.01) for i in range(5)])
+    finally:
+        inputs.Builder._run = real
+    assert runs == [True, True, True]
