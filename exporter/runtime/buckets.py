@@ -143,14 +143,14 @@ def histogram_quantile(q: float, buckets: Sequence[Tuple[float, float]], prepare
     return bucket_quantile(q, [le for le, _ in b], [c for _, c in b], ScalarOps, prepared)
 
 
-def count_at_or_below(x: float, buckets: Sequence[Tuple[float, float]]) -> float:
+def count_at_or_below(x: float, buckets: Sequence[Tuple[float, float]], prepared: bool = False) -> float:
     """Observations at or below ``x``, interpolated linearly inside the bucket holding ``x``.
 
     The same estimate as Prometheus' ``histogram_fraction(0, x)`` times the count. Above the
     highest finite bound nothing more is known, so observations in the ``+Inf`` bucket count as
-    above ``x``.
+    above ``x``. ``prepared``: the buckets come from ``prepare_buckets``.
     """
-    b = prepare_buckets(buckets)
+    b = buckets if prepared else prepare_buckets(buckets)
     lo_bound, lo_count = 0.0, 0.0
     for le, c in b:
         if math.isinf(le):
