@@ -82,10 +82,14 @@ def main():
             cpu[k].append(bp.cpu_per_call(runs[k], max(20, args.polls // 8) if k == "obvious" else args.polls))
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, {args.rounds} rounds of {args.polls} polls, in-process, "
           f"CPU per poll (median ms) and / obvious poller (median; each round)")
+    first = names[1]
+    print(f"{'':>10} {'ms':>10}  / obvious [range]      / {first} [range]   / obvious, each round")
     for k in names:
         ratios = [a / b for a, b in zip(cpu[k], cpu["obvious"])]
-        print(f"{k:>10} {statistics.median(cpu[k]) * 1e3:7.3f} ms  {statistics.median(ratios):.3f}  "
-              f"[{min(ratios):.3f}-{max(ratios):.3f}]  " + ", ".join(f"{x:.3f}" for x in ratios))
+        paired = [a / b for a, b in zip(cpu[k], cpu[first])]  # against the first revision, round by round
+        print(f"{k:>10} {statistics.median(cpu[k]) * 1e3:7.3f} ms  {statistics.median(ratios):.3f} "
+              f"[{min(ratios):.3f}-{max(ratios):.3f}]  {statistics.median(paired):.3f} "
+              f"[{min(paired):.3f}-{max(paired):.3f}]  " + ", ".join(f"{x:.3f}" for x in ratios))
 
 
 if __name__ == "__main__":
