@@ -56,6 +56,8 @@ def main():
     ap.add_argument("revs", nargs="+")
     ap.add_argument("--polls", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--sleep", type=float, default=0.0, help="seconds asleep before each poll (not counted: "
+                    "a poll that starts cold, as a real one every 2 s does)")
     args = ap.parse_args()
     texts = bp.pages()
     runs = {}
@@ -74,6 +76,8 @@ def main():
     for fn in runs.values():
         for _ in range(60):
             fn()
+    if args.sleep > 0:
+        runs = {k: (lambda f=f: (time.sleep(args.sleep), f())) for k, f in runs.items()}
     names = list(runs)
     cpu = {k: [] for k in names}
     for r in range(args.rounds):
@@ -81,7 +85,9 @@ def main():
         for k in order:
             cpu[k].append(bp.cpu_per_call(runs[k], max(20, args.polls // 8) if k == "obvious" else args.polls))
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, {args.rounds} rounds of {args.polls} polls, in-process, "
-          f"CPU per poll (median ms) and / obvious poller (median; each round)")
+          + (f"{args.sleep * 1e3:.0f} ms asleep before each, " if args.sleep > 0 else "")
+          +
+          "CPU per poll (median ms) and / obvious poller (median; each round)")
     first = names[1]
     print(f"{'':>10} {'ms':>10}  / obvious [range]      / {first} [range]   / obvious, each round")
     for k in names:
