@@ -86,8 +86,7 @@ def main():
             cpu[k].append(bp.cpu_per_call(runs[k], max(20, args.polls // 8) if k == "obvious" else args.polls))
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, {args.rounds} rounds of {args.polls} polls, in-process, "
           + (f"{args.sleep * 1e3:.0f} ms asleep before each, " if args.sleep > 0 else "")
-          +
-          "CPU per poll (median ms) and / obvious poller (median; each round)")
+          + "CPU per poll (median ms) and / obvious poller (median; each round)")
     first = names[1]
     print(f"{'':>10} {'ms':>10}  / obvious [range]      / {first} [range]   / obvious, each round")
     for k in names:
