@@ -153,9 +153,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=5, help="--fetch-only: alternating rounds (medians)")
     ap.add_argument("--fetch-revs", default="", help="--fetch-only: also fetch.py at these git revisions, "
                     "comma-separated (e.g. the last one framed by h11)")
+    ap.add_argument("--poll-revs", default="", help="--fetch-only: also the whole sidecar (exporter/) at these git "
+                    "revisions with this fetcher, comma-separated (the poll's work before a change)")
     args = ap.parse_args()
     if args.fetch_only:
-        text = fetch_section(args.polls, args.rounds, [r for r in args.fetch_revs.split(",") if r])
+        text = fetch_section(args.polls, args.rounds, [r for r in args.fetch_revs.split(",") if r],
+                             [r for r in args.poll_revs.split(",") if r])
         print(text)
         if args.write:
             write_sections(Path(args.write), text, (FETCH_HEADING,))
@@ -454,7 +457,22 @@ def _fetch_module(rev: str):
     return mod
 
 
-def fetch_section(polls: int, rounds: int, revs) -> str:
+def _sidecar_at(rev: str, fetch, poll_interval: float = 2.0):
+    """A poll of the sidecar (``exporter/``) as it was at git revision ``rev`` (``bench/ab_poll.py``)."""
+    from bench.ab_poll import load
+
+    config_mod, sidecar_cls = load(rev)
+    cfg = config_mod.build({"poll_interval": poll_interval, "window": 60.0, "gpu": "none"}, {})
+    clock = Clock()
+    sc = sidecar_cls(cfg, fetch, None, clock=clock)
+
+    def poll():
+        sc.poll_once()
+        clock.t += poll_interval
+    return poll
+
+
+def fetch_section(polls: int, rounds: int, revs, poll_revs=()) -> str:
     """The whole poll end to end (the page from a server in another process), this fetcher and
     fetch.py at ``revs`` against the obvious poller (``requests`` + prometheus_client's parser), and
     the poll with the page handed over in-process (no fetch at all) for the floor; in alternating
@@ -472,7 +490,8 @@ def fetch_section(polls: int, rounds: int, revs) -> str:
                                                          for r in revs]
     out = [FETCH_HEADING, ""]
     out.append(f"`python bench/bench_poll.py --fetch-only --polls {polls} --rounds {rounds}"
-               + (f" --fetch-revs {','.join(revs)}`" if revs else "`")
+               + (f" --fetch-revs {','.join(revs)}" if revs else "")
+               + (f" --poll-revs {','.join(poll_revs)}`" if poll_revs else "`")
                + f", {time.strftime('%Y-%m-%d %H:%M')}: {platform.machine()}, {os.cpu_count()} cores, load average "
                f"{os.getloadavg()[0]:.1f} at the start, Python {platform.python_version()}, "
                f"requests {requests.__version__}, prometheus_client {_version('prometheus_client')}, "
@@ -482,6 +501,7 @@ def fetch_section(polls: int, rounds: int, revs) -> str:
                "to the obvious poller measured in the same round; medians over the rounds (\"rounds\": each "
                "round's ratio).")
     out.append("")
+    paired_notes = []
     out.append("| page server | poll | ms per poll | / obvious poller | rounds |")
     out.append("| --- | --- | ---: | ---: | --- |")
     for nodelay in (False, True):
@@ -497,8 +517,12 @@ def fetch_section(polls: int, rounds: int, revs) -> str:
                 fetcher = cls(url, 5.0, 8 << 20)
                 _sc, poll = sidecar(fetcher.fetch, 2.0)
                 runs[label] = poll
+            for rev in poll_revs:
+                runs[f"the sidecar at {rev}, this fetcher"] = _sidecar_at(rev, PageFetcher(url, 5.0, 8 << 20).fetch)
             _sc, poll = sidecar(Cycle(texts), 2.0)
             runs["in-process, no fetch (the floor)"] = poll
+            for rev in poll_revs:
+                runs[f"the sidecar at {rev}, in-process (its floor)"] = _sidecar_at(rev, Cycle(texts))
             for fn in runs.values():  # warm: windows full, connections open, caches filled
                 for _ in range(40):
                     fn()
@@ -518,6 +542,15 @@ def fetch_section(polls: int, rounds: int, revs) -> str:
             ratio = "1" if k == "obvious" else f"**{statistics.median(ratios):.3f}**"
             out.append(f"| {where} | {k if k != 'obvious' else 'obvious poller'} | "
                        f"{statistics.median(cpu[k]) * 1e3:.3f} | {ratio} | {shown} |")
+        for rev in poll_revs:  # this sidecar against the one at rev, round by round
+            for ours_k, theirs_k in (("this fetcher (fetch.py)", f"the sidecar at {rev}, this fetcher"),
+                                     ("in-process, no fetch (the floor)", f"the sidecar at {rev}, in-process (its floor)")):
+                paired = [a / b for a, b in zip(cpu[ours_k], cpu[theirs_k])]
+                paired_notes.append(f"{where}, {ours_k}: this sidecar / the sidecar at {rev} = "
+                                    f"**{statistics.median(paired):.3f}** (rounds {min(paired):.3f}-{max(paired):.3f})")
+    if paired_notes:
+        out.append("")
+        out += [f"- {n}" for n in paired_notes]
     return "\n".join(out) + "\n"
 
 

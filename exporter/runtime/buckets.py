@@ -7,6 +7,7 @@ of a grid at once with numpy's element operations, so the two cannot disagree on
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from typing import Iterable, List, Sequence, Tuple
 
 Buckets = List[Tuple[float, float]]  # (upper bound, cumulative count), sorted
@@ -67,7 +68,15 @@ def _coalesce_monotonic(bounds: Sequence[float], counts: Sequence, ops) -> Tuple
         else:
             B.append(le)
             C.append(c)
-    if C:
+    if C and ops is ScalarOps:  # the same steps with ScalarOps.where written out (one step, floats)
+        hi = C[0]
+        for i in range(1, len(C)):
+            c = C[i]
+            if c < hi:
+                C[i] = hi
+            if c > hi:
+                hi = c
+    elif C:
         hi = C[0]
         for i in range(1, len(C)):
             c = C[i]
@@ -122,7 +131,7 @@ def bucket_quantile(q, bounds: Sequence[float], counts: Sequence, ops=ScalarOps,
 def prepare_buckets(buckets: Iterable[Tuple[float, float]]) -> Buckets:
     """Cumulative buckets (upper bound, count) sorted, equal bounds merged and made monotonic,
     as ``bucketQuantile`` prepares them."""
-    pairs = sorted(buckets, key=lambda b: b[0])
+    pairs = sorted(buckets, key=itemgetter(0))
     B, C = _coalesce_monotonic([le for le, _ in pairs], [c for _, c in pairs], ScalarOps)
     return list(zip(B, C))
 
@@ -134,14 +143,14 @@ def histogram_quantile(q: float, buckets: Sequence[Tuple[float, float]], prepare
     return bucket_quantile(q, [le for le, _ in b], [c for _, c in b], ScalarOps, prepared)
 
 
-def count_at_or_below(x: float, buckets: Sequence[Tuple[float, float]]) -> float:
+def count_at_or_below(x: float, buckets: Sequence[Tuple[float, float]], prepared: bool = False) -> float:
     """Observations at or below ``x``, interpolated linearly inside the bucket holding ``x``.
 
     The same estimate as Prometheus' ``histogram_fraction(0, x)`` times the count. Above the
     highest finite bound nothing more is known, so observations in the ``+Inf`` bucket count as
-    above ``x``.
+    above ``x``. ``prepared``: the buckets come from ``prepare_buckets``.
     """
-    b = prepare_buckets(buckets)
+    b = buckets if prepared else prepare_buckets(buckets)
     lo_bound, lo_count = 0.0, 0.0
     for le, c in b:
         if math.isinf(le):

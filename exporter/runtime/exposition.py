@@ -19,6 +19,18 @@ count a malformed line honestly (the cached series text was validated; the value
 ``float``), but no sample is built for them. A selected series that occurs twice on one page is
 rejected (reason ``duplicate``; the first is kept, as Prometheus keeps the first).
 
+The same page again: a poll loop reads one server's page over and over, and it keeps its shape
+(the same lines in the same order, only the values differ). With ``select``, after a page read
+without a bad line and without the careful path, the parser keeps that page's shape (``_Plan``:
+where the sample lines are, their series text, the notes of the selected ones). The next page is
+first held against it with whole-list operations (the comment lines equal, each sample line
+starts with its series text and a space, the values have no space, no ``_``, at most 40
+characters, and ``float`` takes every one); when all of that holds, the page is read as the loop
+would read it, without a step per line in Python. Anything else (a line more or less, a series
+renamed, one odd value) and the page is read line by line as described above; nothing else
+differs. The shape is kept only for pages of at most ``_PLAN_MAX_CHARS`` characters and is
+dropped with the series cache.
+
 Limits (``Limits``): a line, a metric name or a label value over its limit, or more labels than
 allowed, is rejected with reason ``too_long``; the series cache is bounded in bytes (estimated
 from the text it holds) and is emptied, releasing its memory, when a page would push it over.
@@ -33,7 +45,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from operator import itemgetter
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 Labels = Tuple[Tuple[str, str], ...]
 
@@ -82,6 +95,7 @@ class Page:
     first_error: Optional[str] = None
     lines: int = 0  # sample lines read (well-formed or not)
     counted: int = 0  # series ``select`` answered ``COUNT`` for
+    shape: Any = None  # read through a kept shape: that shape (the same object, the same notes in ``selected``)
 
     def names(self) -> set:
         return {s.name for s in self.samples}
@@ -258,6 +272,81 @@ def _entry_bytes(key: str, labels: Labels) -> int:
 
 
 _SKIP = object()  # a valid series the caller does not read
+_PLAN_MAX_CHARS = 1 << 20  # a page's shape is kept for pages up to this long (vLLM's: 50-500 KB)
+
+
+def _getter(idx: Sequence[int]) -> Callable[[Sequence], tuple]:
+    """``itemgetter`` that always answers a tuple (``itemgetter(i)`` answers the item alone)."""
+    if len(idx) >= 2:
+        return itemgetter(*idx)
+    if len(idx) == 1:
+        i = idx[0]
+        return lambda seq: (seq[i],)
+    return lambda seq: ()
+
+
+class _Plan:
+    """The shape of a page read cleanly with ``select``: its lines that are not samples (kept
+    as they were) and, per sample line, its series text followed by a space and where its value
+    starts; the selected lines' notes; how many lines ``select`` counted."""
+
+    __slots__ = ("n", "get_other", "other", "get_samples", "heads", "values", "notes", "get_selected",
+                 "counted", "clears")
+
+    def __init__(self, lines: List[str], cache: Dict[str, Any], clears: int) -> None:
+        self.n = len(lines)
+        self.clears = clears
+        other: List[int] = []
+        samples: List[int] = []
+        self.heads: List[str] = []
+        self.values: List[slice] = []
+        self.notes: List[Any] = []
+        selected: List[int] = []
+        self.counted = 0
+        for i, line in enumerate(lines):
+            if not line or line[0] == "#":
+                other.append(i)
+                continue
+            head = line.rpartition(" ")[0]
+            e = cache[head]  # a clean page: every sample line's series text is cached
+            samples.append(i)
+            self.heads.append(head + " ")
+            self.values.append(slice(len(head) + 1, None))
+            if e is _SKIP:
+                continue
+            if e is COUNT:
+                self.counted += 1
+                continue
+            selected.append(len(samples) - 1)
+            self.notes.append(e[0])
+        self.get_other = _getter(other)
+        self.other = self.get_other(lines)
+        self.get_samples = _getter(samples)
+        self.get_selected = _getter(selected)
+
+    def read(self, lines: List[str]) -> Optional[Page]:
+        """The page of ``lines`` as the loop reads it, when it has this shape; else None."""
+        if len(lines) != self.n or self.get_other(lines) != self.other:
+            return None
+        sl = self.get_samples(lines)
+        if not all(map(str.startswith, sl, self.heads)):
+            return None
+        vals = list(map(str.__getitem__, sl, self.values))
+        joined = "".join(vals)
+        # the loop's conditions for a cached series: its value text is what follows the last
+        # space (none in it), at most 40 characters, no "_", read by float
+        if " " in joined or "_" in joined or (vals and max(map(len, vals)) > 40):
+            return None
+        try:
+            floats = list(map(float, vals))
+        except ValueError:
+            return None
+        page = Page()
+        page.selected = list(zip(self.notes, self.get_selected(floats)))
+        page.counted = self.counted
+        page.lines = len(vals)
+        page.shape = self
+        return page
 
 
 class _Count:
@@ -282,15 +371,25 @@ class Parser:
         self._next_id = 0  # never reset: ids from before a clear never collide with new ones
         self.cache_bytes = 0
         self.cache_clears = 0
+        self._plan: Optional[_Plan] = None  # the shape of the last clean page (``select`` only)
+        self.plan_reads = 0  # pages read through it
 
     def clear(self) -> None:
         self._cache = {}  # a new dict: the old table's memory goes back at once
         self._ids = {}
+        self._plan = None
         self.cache_bytes = 0
         self.cache_clears += 1
 
     def parse(self, text: str) -> Page:
         """Parse one exposition page. Never raises on bad lines: they are counted."""
+        lines = text.split("\n")
+        plan = self._plan
+        if plan is not None and plan.clears == self.cache_clears:
+            page = plan.read(lines)
+            if page is not None:
+                self.plan_reads += 1
+                return page
         page = Page()
         cache = self._cache
         get = cache.get
@@ -301,7 +400,8 @@ class Parser:
         seen: set = set()
         samples = page.samples
         nlines = 0
-        for line in text.split("\n"):
+        careful = 0
+        for line in lines:
             if not line:
                 continue
             if line[0] == "#":
@@ -323,6 +423,7 @@ class Parser:
                     except ValueError:
                         e = None  # odd value text: the careful path decides
             if e is None:
+                careful += 1
                 if len(line) > max_line:
                     page.reject("too_long", f"line of {len(line)} characters")
                 else:
@@ -343,6 +444,8 @@ class Parser:
             else:
                 samples.append(Sample(e[0], e[1], v))
         page.lines += nlines
+        if select and not careful and not page.malformed and len(text) <= _PLAN_MAX_CHARS:
+            self._plan = _Plan(lines, cache, self.cache_clears)  # this shape, for the next page
         return page
 
     def _careful(self, line: str, head: str, val: str, page: Page, seen: set) -> None:

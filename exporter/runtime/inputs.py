@@ -54,9 +54,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
+from itertools import repeat
+from operator import add, itemgetter, le
+from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
-from .exposition import COUNT, DEFAULT_LIMITS, Limits, Page, Parser
+from .exposition import COUNT, DEFAULT_LIMITS, Limits, Page, Parser, _getter
 
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
 
@@ -167,6 +169,7 @@ class Route(NamedTuple):
     le: float  # bucket bound (NaN when not a bucket)
     lo: float  # the value must lie in [lo, hi] (NaN and infinities never do)
     hi: float
+    key: tuple = ()  # where its value goes: (input, model, engine, extra); a histogram's part (input, model, engine)
 
 
 class LoraRoute(NamedTuple):
@@ -272,7 +275,8 @@ def route(name: str, labels) -> object:
         lo, hi = GAUGE_RANGE.get(inp.key, (-_BIG, _BIG))
     else:
         lo, hi = 0.0, _BIG
-    return Route(inp, role, prio, model, engine, extra, le, lo, min(hi, _BIG))
+    key = (inp.key, model, engine) if role in ("bucket", "sum", "count") else (inp.key, model, engine, extra)
+    return Route(inp, role, prio, model, engine, extra, le, lo, min(hi, _BIG), key)
 
 
 @dataclass(frozen=True)
@@ -398,26 +402,25 @@ class _Work:
 
     def take(self, r: Route, v: float) -> None:
         """One admitted sample of an input: checked, then into values, created or a histogram."""
-        inp, role, model, engine = r.input, r.role, r.model, r.engine
         if not r.lo <= v <= r.hi:
-            self.reject(f"{inp.names[r.prio]} ({role}, model {model!r}, engine {engine!r}) = {v!r}")
+            inp, role = r.input, r.role
+            self.reject(f"{inp.names[r.prio]} ({role}, model {r.model!r}, engine {r.engine!r}) = {v!r}")
             if inp.kind == HISTOGRAM and role != "created":
-                self.bad_hists.add((inp.key, model, engine))
+                self.bad_hists.add((inp.key, r.model, r.engine))
             return
-        self.models.add(model)
+        self.models.add(r.model)
+        role, key = r.role, r.key
         if role == "value":
-            key = (inp.key, model, engine, r.extra)
             values = self.snap.values
             # labels this table folds (none on vLLM's pages today): add them up
             values[key] = values.get(key, 0.0) + v
         elif role == "created":
-            key = (inp.key, model, engine, r.extra)
             created = self.snap.created
             created[key] = min(v, created.get(key, v))
         else:
-            parts = self.hist_parts.get((inp.key, model, engine))
+            parts = self.hist_parts.get(key)
             if parts is None:
-                parts = self.hist_parts[(inp.key, model, engine)] = [{}, None, None]
+                parts = self.hist_parts[key] = [{}, None, None]
             if role == "bucket":
                 b = parts[0]
                 b[r.le] = b.get(r.le, 0.0) + v
@@ -471,21 +474,134 @@ def _assemble_hists(snap: Snapshot, hist_parts: Dict[HistKey, list], bad_hists: 
         lst.append(h)
 
 
+class _Program:
+    """What ``Builder.build`` does with the rows of one page shape, worked out once: which rows
+    it takes (the newest name of each input), where each value goes, the models, engines and
+    extra label values they bring. ``ok`` is False when the shape is one the per-row loop must
+    read (two rows adding up under one key, an extra label over its cap)."""
+
+    def __init__(self, rows, best: Dict[str, int], max_extra: int) -> None:
+        self.ok = False
+        self.other: List[int] = []  # rows of no input (LoRA info, process start), in page order
+        self.routed = 0
+        take: List[int] = []
+        models: Dict[str, None] = {}  # in order of first sight, as the loop admits them
+        engines: Dict[str, None] = {}
+        extras: Dict[Tuple[str, str], set] = {}
+        value_rows, value_keys, created_rows, created_keys = [], [], [], []
+        hists: Dict[HistKey, list] = {}  # [bucket rows, their bounds, sum row, count row]
+        for i, (r, _v) in enumerate(rows):
+            inp = r.input
+            if inp is None:
+                if r.role == "lora":
+                    self.routed += 1
+                self.other.append(i)
+                continue
+            self.routed += 1
+            if r.prio != best[inp.key]:
+                continue
+            take.append(i)
+            models[r.model] = None
+            engines[r.engine] = None
+            if r.extra:
+                extras.setdefault((inp.key, r.model), set()).add(r.extra)
+            role = r.role
+            if role == "value":
+                value_rows.append(i)
+                value_keys.append(r.key)
+            elif role == "created":
+                created_rows.append(i)
+                created_keys.append(r.key)
+            else:
+                h = hists.get(r.key)
+                if h is None:
+                    h = hists[r.key] = [[], [], None, None]
+                if role == "bucket":
+                    h[0].append(i)
+                    h[1].append(r.le)
+                elif h[2 if role == "sum" else 3] is not None:
+                    return  # a sum or count twice: added up by the loop
+                else:
+                    h[2 if role == "sum" else 3] = i
+        if len(set(value_keys)) < len(value_keys) or len(set(created_keys)) < len(created_keys) or any(
+                len(set(h[1])) < len(h[1]) for h in hists.values()):
+            return  # values that add up under one key: the loop's work
+        if any(len(x) > max_extra for x in extras.values()):
+            return  # the extra label's cap decides row by row
+        self.get_take = _getter(take)
+        self.lo = [rows[i][0].lo for i in take]
+        self.hi = [rows[i][0].hi for i in take]
+        self.models = tuple(models)
+        self.engines = tuple(engines)
+        self.model_set = frozenset(models)
+        self.value_keys, self.get_values = value_keys, _getter(value_rows)
+        self.created_keys, self.get_created = created_keys, _getter(created_rows)
+        self.hists = [(k, h[1], _getter(h[0]), h[2], h[3]) for k, h in hists.items()]
+        self.ok = True
+
+
+def _admit_all(adm: "_Admission", names: Tuple[str, ...], t: float) -> bool:
+    """``adm.admit(name, t)`` for every name in order when every one would be admitted (the
+    state then is what those calls leave); otherwise nothing changes and the answer is False."""
+    seen = adm.seen
+    new = 0
+    for name in names:
+        if name not in seen:
+            new += 1
+    if new and len(seen) + new > adm.cap:
+        return False
+    for name in names:
+        seen[name] = t
+    return True
+
+
 class Builder:
-    """Sorts routed samples into a Snapshot, applying the caps (state: what was admitted)."""
+    """Sorts routed samples into a Snapshot, applying the caps (state: what was admitted).
+
+    Rows of a page shape seen before (``shape``) are sorted by the shape's ``_Program``, with
+    whole-list operations, when every value lies in its range and every model and engine is
+    admitted; then the snapshot is the one the per-row loop makes (the same dictionaries in the
+    same order, ``0.0 + v`` where the loop adds to 0.0). Anything else goes through the loop.
+    """
 
     def __init__(self, caps: Caps = Caps(), memory: float = 300.0) -> None:
         self.caps = caps
         self.models = _Admission(caps.max_models, memory)
         self.engines = _Admission(caps.max_engines, memory)
+        self._shape: Any = None  # the page shape ``best`` and the program were worked out for
+        self._best: Dict[str, int] = {}
+        self._program: Optional[_Program] = None
 
-    def build(self, rows, t: float, counted: int = 0) -> Snapshot:
-        """``rows``: (Route, value) pairs in page order."""
+    def build(self, rows, t: float, counted: int = 0, shape: Any = None) -> Snapshot:
+        """``rows``: (Route, value) pairs in page order. ``shape``: an object that stands for the
+        sequence of routes in ``rows`` (the parser's kept page shape, ``Page.shape``): the same
+        object, the same routes, so the names each input is read under are not worked out again."""
         self.models.expire(t)
         self.engines.expire(t)
-        best = _best_names(rows)
+        if shape is not None and shape is self._shape:
+            best, program = self._best, self._program
+        else:
+            best = _best_names(rows)
+            program = _Program(rows, best, self.caps.max_label_values) if shape is not None else None
+            self._shape, self._best, self._program = shape, best, program
         snap = Snapshot(t=t)
         work = _Work(snap, self.caps.max_label_values)
+        if program is not None and program.ok and self._run(program, rows, t, work):
+            routed = program.routed
+        else:
+            routed = self._loop(rows, t, best, work)
+        _index_values(snap)
+        _assemble_hists(snap, work.hist_parts, work.bad_hists)
+        if work.lora:
+            snap.lora = self._lora(work.lora, snap.dropped, work.dropped_names)
+        snap.resolved = {k: INPUT_BY_KEY[k].names[p] for k, p in best.items()}
+        snap.models = frozenset(work.models)
+        snap.vllm_samples = routed + counted
+        snap.dropped_names = {k: tuple(sorted(v)) for k, v in work.dropped_names.items()}
+        return snap
+
+    def _loop(self, rows, t: float, best: Dict[str, int], work: "_Work") -> int:
+        """Every row in page order (the caps, the ranges); the rows routed."""
         routed = 0
         models, engines, take = work.admitted_models, work.admitted_engines, work.take
         for r, v in rows:
@@ -500,15 +616,35 @@ class Builder:
                 continue
             if (models.get(r.model) and engines.get(r.engine) and not r.extra) or self._admit(r, t, work):
                 take(r, v)  # (the first test: a model and engine already admitted, no extra label)
-        _index_values(snap)
-        _assemble_hists(snap, work.hist_parts, work.bad_hists)
-        if work.lora:
-            snap.lora = self._lora(work.lora, snap.dropped, work.dropped_names)
-        snap.resolved = {k: INPUT_BY_KEY[k].names[p] for k, p in best.items()}
-        snap.models = frozenset(work.models)
-        snap.vllm_samples = routed + counted
-        snap.dropped_names = {k: tuple(sorted(v)) for k, v in work.dropped_names.items()}
-        return snap
+        return routed
+
+    def _run(self, p: _Program, rows, t: float, work: "_Work") -> bool:
+        """The rows through the shape's program; False, with nothing changed, when a value is out
+        of its range or a model or engine would not be admitted (the loop then decides)."""
+        vals = list(map(itemgetter(1), rows))
+        taken = p.get_take(vals)
+        if not (all(map(le, p.lo, taken)) and all(map(le, taken, p.hi))):
+            return False
+        models, engines = self.models, self.engines
+        seen_m, seen_e = models.seen, engines.seen
+        new_m = sum(1 for m in p.models if m not in seen_m)
+        new_e = sum(1 for e in p.engines if e not in seen_e)
+        if (new_m and len(seen_m) + new_m > models.cap) or (new_e and len(seen_e) + new_e > engines.cap):
+            return False
+        _admit_all(models, p.models, t)
+        _admit_all(engines, p.engines, t)
+        snap = work.snap
+        snap.values = dict(zip(p.value_keys, map(add, repeat(0.0), p.get_values(vals))))
+        snap.created = dict(zip(p.created_keys, p.get_created(vals)))
+        parts = work.hist_parts
+        for key, les, get_buckets, s, c in p.hists:
+            parts[key] = [dict(zip(les, map(add, repeat(0.0), get_buckets(vals)))),
+                          None if s is None else 0.0 + vals[s], None if c is None else 0.0 + vals[c]]
+        work.models = set(p.model_set)
+        for i in p.other:
+            r, v = rows[i]
+            work.other(r, v)
+        return True
 
     def _admit(self, r: Route, t: float, work: "_Work") -> bool:
         """Whether the series' model, engine and extra label value fit under the caps (the
@@ -584,5 +720,5 @@ class Reader:
 
     def read(self, text: str, t: float) -> Tuple[Page, Snapshot]:
         page = self.parser.parse(text)
-        snap = self.builder.build(page.selected, t, page.counted)
+        snap = self.builder.build(page.selected, t, page.counted, page.shape)
         return page, snap

@@ -576,6 +576,17 @@ class Window:
             self.first_t = now
             self.span = 0.0
         self.now = now
+        self._hists: Dict[Tuple[str, str], Optional[Hist]] = {}  # read once per window
+
+    def hist(self, key: str, model: str) -> Optional[Hist]:
+        """The histogram of what was observed in the window (one model, engines added); worked
+        out once per window and input (the signals read some twice)."""
+        k = (key, model)
+        try:
+            return self._hists[k]
+        except KeyError:
+            h = self._hists[k] = self._hist(key, model)
+            return h
 
     def _inc(self, slot: int) -> float:
         first, last = self._first, self._last
@@ -604,8 +615,7 @@ class Window:
         d = self.w.counter_slots(key, model)
         return {x: self._inc(s) for x, s in sorted(d.items())}
 
-    def hist(self, key: str, model: str) -> Optional[Hist]:
-        """The histogram of what was observed in the window (one model, engines added)."""
+    def _hist(self, key: str, model: str) -> Optional[Hist]:
         hs = self.w.hist_slots(key, model)
         if hs is None or not hs.les:
             return None
