@@ -89,7 +89,8 @@ for series and ingestion), `naive` the user's four naive alerts, `pack` this pac
 `--variant` another rule file in the same run (below: `before`, the pack before its reads over
 days were taken from hourly aggregates, `windows.history_step`). Windows longer than the warm-up
 are backfilled first (a subquery's series as far back as it reaches), so the 1-day, 3-day and
-14-day reads read full windows from the first evaluation. "Samples read" is Prometheus' own count (`stats=all`), independent of how busy
+14-day reads read full windows from the first evaluation. "Samples read" is Prometheus' own count
+(`stats=all`), independent of how busy
 the machine is; times are not, and the load average is given beside them.
 
 What a user should expect: the recording rules add about as many series per pod as the

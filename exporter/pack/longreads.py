@@ -20,7 +20,8 @@ over the long window at that step (a subquery: one point per hour, 336 for 14 da
 
 ``quantile_over_time`` reads one sample every ``windows.quantile_step`` (5 minutes: 288 points
 over a day instead of 2,880): a quantile of a sample of the window, approximately the quantile of
-all of it (a quantile of hourly figures would not be). The hourly aggregates are recorded right after the series they aggregate, so the
+all of it (a quantile of hourly figures would not be). The hourly aggregates are recorded right after the
+series they aggregate, so the
 current hour's figure is this evaluation's."""
 
 from __future__ import annotations
