@@ -61,3 +61,11 @@ if os.environ.get("PATH", "").split(os.pathsep)[0] != _VENV_BIN:
 # no process started by the tests outlives them: checked (and the run failed) at the end
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from leakcheck import pytest_sessionfinish  # noqa: E402,F401
+
+
+@pytest.fixture(scope="module")
+def naive():
+    """The user's naive rules, beside which every detection-matrix cell is judged."""
+    from exporter.harness.detection import naive_rules_file
+
+    return naive_rules_file()

@@ -13,7 +13,6 @@ import pytest
 
 from conftest import ROOT
 from exporter.harness import matrix
-from exporter.harness.detection import naive_rules_file
 from exporter.harness.matrix import Cell
 from exporter.harness.scenarios import pd_catalog
 from exporter.harness.scenarios.catalog import churn_error_burst, seed_night
@@ -59,18 +58,19 @@ def test_the_sample_covers_every_scenario_replica_count_and_interval():
     assert len([c for c in matrix.all_cells() if c.scenario not in others]) == 501
 
 
-@pytest.fixture(scope="module")
-def naive():
-    return naive_rules_file()
-
-
-@pytest.mark.parametrize("cell", SAMPLE, ids=str)
-def test_cell_meets_its_expectations(cell, naive):
+def assert_cell_meets_its_expectations(cell, naive):
+    """One matrix cell judged with the pack in rules/: its expectations met, and a quiet scenario
+    with no loud alert (the report lists what fired)."""
     r = matrix.evaluate(cell, RULES, naive, exact=True)
     report = "\n".join(f"  {a} on {p}: first {f:+.1f}m, {e} episodes, {m:.0f} minutes" for a, p, f, e, m, _ in r.pack.rows)
     assert r.ok, f"{cell}: " + "; ".join(r.problems) + "\n" + report
     if r.scenario.quiet:
         assert not matrix.loud_alerts(r.pack_tl), report
+
+
+@pytest.mark.parametrize("cell", SAMPLE, ids=str)
+def test_cell_meets_its_expectations(cell, naive):
+    assert_cell_meets_its_expectations(cell, naive)
 
 
 def test_the_capacity_bound_flood_pages_from_raw_vllm_series_alone(naive):

@@ -12,13 +12,13 @@ import pytest
 
 from conftest import ROOT
 from exporter.harness import matrix
-from exporter.harness.detection import naive_rules_file
 from exporter.harness.matrix import Cell
 from exporter.harness.scenarios import pd, pd_catalog
 from exporter.harness.scenarios.catalog import Scenario
 from exporter.harness.scenarios.catalog29 import SCENARIOS29
 from exporter.harness.scenarios.judge import AlertTrack, Timeline, judge, matching, selector
 from exporter.harness.scenarios.series import Book
+from test_scenarios import assert_cell_meets_its_expectations
 
 RULES = ROOT / "rules" / "vllm.rules.yml"
 
@@ -57,18 +57,9 @@ def test_the_sample_covers_every_new_scenario_and_the_matrix_lists_them():
         assert set(first) == {"prefill", "decode"}
 
 
-@pytest.fixture(scope="module")
-def naive():
-    return naive_rules_file()
-
-
 @pytest.mark.parametrize("cell", SAMPLE, ids=str)
 def test_cell_meets_its_expectations(cell, naive):
-    r = matrix.evaluate(cell, RULES, naive, exact=True)
-    report = "\n".join(f"  {a} on {p}: first {f:+.1f}m, {e} episodes, {m:.0f} minutes" for a, p, f, e, m, _ in r.pack.rows)
-    assert r.ok, f"{cell}: " + "; ".join(r.problems) + "\n" + report
-    if r.scenario.quiet:
-        assert not matrix.loud_alerts(r.pack_tl), report
+    assert_cell_meets_its_expectations(cell, naive)
 
 
 # -- what the simulated pods write ---------------------------------------------------------------
