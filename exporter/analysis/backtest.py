@@ -81,12 +81,10 @@ def load_groups(opts: Options) -> Tuple[List[Group], str]:
 
     if opts.slo is None:
         raise BacktestError("no rules: give --rules, or an SLO to render the pack from")
-    # The long reads as they are defined, sample by sample (history_step and quantile_step 0s),
-    # not from the hourly aggregates a live Prometheus records to save reads: a server evaluating
-    # the pack with every recorded series inlined would evaluate an hour of steps inside each of
-    # 14 days of hourly ones per query. The maxima are the same, the sums within one step.
-    slo = {**opts.slo, "windows": {**opts.slo["windows"], "history_step": "0s", "quantile_step": "0s"}}
-    return groups_from_data(render_groups(slo), "<the pack rendered from the SLO>"), "the pack (rendered from the SLO)"
+    from ..pack.longreads import exact
+
+    groups = groups_from_data(render_groups(exact(opts.slo)), "<the pack rendered from the SLO>")
+    return groups, "the pack (rendered from the SLO)"
 
 
 def parse_plots(exprs: Sequence[str]) -> List[Expr]:

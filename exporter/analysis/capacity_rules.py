@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from ..pack.context import Ctx
+from ..pack.longreads import exact
 from ..pack.recording import capacity as capacity_family
 from ..pack.recording import capacity_names, recording_rules
 from .promql.ast import VectorSelector, walk
@@ -18,7 +19,7 @@ from .rulefile import Group, groups_from_data
 
 def ctx_for(opts) -> Ctx:
     """The pack's context for ``opts`` (a ``capacity.Options``): its SLO, narrowed to ``opts.model``."""
-    slo = opts.slo
+    slo = exact(opts.slo)  # the long reads sample by sample, as backtest evaluates them
     if opts.model:
         slo = dict(slo)
         esc = opts.model.replace("\\", "\\\\").replace('"', '\\"')

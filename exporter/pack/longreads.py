@@ -38,6 +38,14 @@ QUANTILE = re.compile(r"\bquantile_over_time\(([\d.]+), " + SERIES + r"\[(\w+)\]
 READ = re.compile(r"\b(max|min|avg|sum)_over_time\(" + SERIES + r"\[(\w+)\](?: offset (\w+))?\)")
 
 
+def exact(slo: Dict) -> Dict:
+    """``slo`` with the long reads sample by sample (``history_step`` and ``quantile_step`` 0s): what
+    the analysis tools evaluate. A server evaluating the pack with every recorded series inlined
+    would otherwise run an hour of steps inside each of 14 days of hourly ones per query; the
+    maxima are the same, the sums within one step."""
+    return {**slo, "windows": {**slo["windows"], "history_step": "0s", "quantile_step": "0s"}}
+
+
 def step_name(series: str, fn: str, step: str) -> str:
     """The hourly aggregate's name: ``level:metric:op`` -> ``level:metric:op_max_over_time1h``."""
     return f"{series}_{fn}_over_time{step}"
