@@ -218,9 +218,11 @@ def test_ignored_signals_are_said_and_survived(vllm):
         sc.healthy_again()
         for sig in (signal.SIGUSR1, signal.SIGUSR1, signal.SIGPIPE, signal.SIGUSR2, signal.SIGHUP):
             sc.signal(sig)
-        # the main thread handles signals in order: once SIGHUP's line is there, all were handled
-        sc.wait_for(lambda: any(r["msg"].startswith("SIGHUP: no bearer token file") for r in sc.records),
-                    what="the SIGHUP line")
+        # signals pending together are delivered lowest number first (SIGHUP before the others), so
+        # wait for every one's line, not for SIGHUP's alone
+        sc.wait_for(lambda: any(r["msg"].startswith("SIGHUP: no bearer token file") for r in sc.records)
+                    and all(any(r.get("signal") == n for r in sc.records) for n in ("SIGUSR1", "SIGUSR2", "SIGPIPE")),
+                    what="the lines of SIGHUP, SIGUSR1, SIGUSR2 and SIGPIPE")
         for name in ("SIGUSR1", "SIGUSR2", "SIGPIPE"):
             said = [r for r in sc.records if r.get("signal") == name]
             assert len(said) == 1 and "ignored" in said[0]["msg"], (name, said)
