@@ -23,12 +23,15 @@ from .base import PREFIX
 class Series:
     """One derived series per model. ``read`` is where its value is in a ``ModelSignals``: a
     field path (``"kv.usage"``, kept in ``at`` so the console can read the page back into the
-    same field) or, for a value made of several fields, a function."""
+    same field) or, for a value made of several fields, a function. ``help`` is served on
+    /metrics and is the row's meaning in the README and docs/interface.md (``make docs``), so
+    it is written for readers."""
 
     help: str
     read: Callable[[ModelSignals], object]
     extra: Tuple[str, ...] = ()  # labels besides model_name
     summary: bool = False  # ``read`` gives a Distribution
+    section: str = "vllm"  # the README's metric table it is a row of (``metric_docs.SECTIONS``)
     at: Optional[Tuple[str, str]] = field(default=None, init=False)  # (part, field) when ``read`` is a path
 
     def __post_init__(self) -> None:
@@ -103,40 +106,44 @@ DERIVED: Dict[str, Series] = {
                                      "caches.prefix_cache_hit_ratio"),
     "spec_decode_acceptance_ratio": Series("Accepted over drafted speculative tokens, over the window.",
                                            "caches.spec_decode_acceptance_ratio"),
-    "spec_decode_mean_accepted_length": Series("Speculative decoding's mean accepted length over the window: 1 + accepted tokens / drafts (tokens one verify step yields).",
+    "spec_decode_mean_accepted_length": Series("Speculative decoding's mean accepted length over the window: 1 + accepted tokens / drafts (the tokens one verify step yields).",
                                                "caches.spec_decode_mean_accepted_length"),
     "spec_decode_position_acceptance_ratio": Series("Per draft position: drafts whose token at that position was accepted / drafts, over the window.",
                                                     "caches.spec_decode_position_acceptance", ("position",)),
-    "throughput_baseline_tokens_per_second": Series("Learned normal generation throughput of this pod while its GPUs are busy (a high percentile over the baseline horizon; prompt tokens/s on a prefill instance; never learned from a degraded time).",
+    "throughput_baseline_tokens_per_second": Series("Learned normal generation throughput of this pod while its GPUs are busy (a high percentile over the baseline horizon; prompt tokens/s on a prefill instance). "
+                                                    "Never learned from a time the sidecar reports as degraded: KV pressure level 2 or more, requests held back by the cache, a long-prompt surge, "
+                                                    "a stalled or sleeping engine, a busy pod already flagged low.",
                                                     lambda m: m.busy_low.baseline if m.busy_low else None),
-    "throughput_low_threshold_tokens_per_second": Series("Throughput under which a busy pod is flagged: the baseline times the low fraction, or before a baseline is learned the planned per-replica rate times the low fraction (gpu_busy_low.planned_tokens_per_second), never below the floor.",
+    "throughput_low_threshold_tokens_per_second": Series("Throughput under which a busy pod is flagged: the baseline times the low fraction; before a baseline is learned, the planned per-replica rate (SLO gpu_busy_low.planned_tokens_per_second) times the low fraction, never below the floor.",
                                                          lambda m: m.busy_low.threshold if m.busy_low else None),
-    "gpu_busy_low_throughput": Series("1 while the pod's GPUs are busy and generation throughput (prompt throughput on a prefill instance) is far below this pod's normal; never while the engine sleeps.",
+    "gpu_busy_low_throughput": Series("1 while the pod's GPUs are busy (mean utilization at or above the busy threshold) and generation throughput (prompt throughput on a prefill instance) is far below this pod's normal; never while the engine sleeps.",
                                       lambda m: _flag(m.busy_low.flagged) if m.busy_low else None),
-    "engine_stalled": Series("1 while requests are running and no token has been produced for the stall time, or while requests wait with none running and the engine makes no iteration and no token (a wedged engine; vLLM's /health still answers 200); 0 while the engine sleeps.",
+    "engine_stalled": Series("1 while requests are running and no token has been produced for the stall time, or while requests wait with none running and the engine makes no iteration (vllm:iteration_tokens_total) and no token: "
+                             "a wedged engine, which vLLM's own /health still answers 200 for. 0 while the engine sleeps.",
                              lambda m: _flag(m.stalled)),
-    "engine_sleep_level": Series("vLLM's sleep mode: 0 awake, 1 weights offloaded, 2 weights and KV cache discarded (the lowest of the model's engines); absent where vLLM does not say.",
+    "engine_sleep_level": Series("vLLM's sleep mode (vllm:engine_sleep_state): 0 awake, 1 weights offloaded, 2 weights and KV cache discarded (the lowest of the model's engines); absent where vLLM does not say. "
+                                 "A sleeping engine is not stalled, not down and not spare capacity; top says it sleeps.",
                                  lambda m: m.sleep_level),
     "kv_transfer_failure_ratio": Series("Failed KV transfers / (failed + completed) over the window (prefill/decode disaggregation; NIXL or Mooncake).",
-                                        "kv_transfer.failure_ratio"),
-    "kv_transfer_failures_per_second": Series("Failed KV transfers per second over the window, by kind: transfer (every failure the connector counts), notification (NIXL's failed notifications, a part of the former).",
-                                              "kv_transfer.failures_per_second", ("kind",)),
+                                        "kv_transfer.failure_ratio", section="kv_transfer"),
+    "kv_transfer_failures_per_second": Series("Failed KV transfers per second over the window, by kind: transfer (every failure the connector counts, handshakes and notifications included), notification (NIXL's failed notifications, a part of the former).",
+                                              "kv_transfer.failures_per_second", ("kind",), section="kv_transfer"),
     "kv_transfer_seconds": Series("KV transfer time: quantiles over the window; _sum and _count are vLLM's totals.",
-                                  "kv_transfer.transfer_seconds", summary=True),
+                                  "kv_transfer.transfer_seconds", summary=True, section="kv_transfer"),
     "kv_transfer_post_seconds": Series("KV transfer post time: quantiles over the window; _sum and _count are vLLM's totals.",
-                                       "kv_transfer.post_seconds", summary=True),
-    "kv_transfer_bytes_per_second": Series("Bytes of KV cache moved per second over the window.", "kv_transfer.bytes_per_second"),
-    "kv_transfers_per_second": Series("Completed KV transfers per second over the window.", "kv_transfer.transfers_per_second"),
+                                       "kv_transfer.post_seconds", summary=True, section="kv_transfer"),
+    "kv_transfer_bytes_per_second": Series("Bytes of KV cache moved per second over the window.", "kv_transfer.bytes_per_second", section="kv_transfer"),
+    "kv_transfers_per_second": Series("Completed KV transfers per second over the window.", "kv_transfer.transfers_per_second", section="kv_transfer"),
     "kv_expired_requests_per_second": Series("Requests per second whose KV lease expired on the producer before the consumer read it.",
-                                             "kv_transfer.expired_per_second"),
+                                             "kv_transfer.expired_per_second", section="kv_transfer"),
     "kv_notifications_after_expiry_per_second": Series("Transfer notifications per second that came after the request's KV lease expired (its blocks may have been reused).",
-                                                       "kv_transfer.notifications_after_expiry_per_second"),
+                                                       "kv_transfer.notifications_after_expiry_per_second", section="kv_transfer"),
     "requests_waiting_kv_fetch": Series("Waiting requests by async KV fetch stage (waiting_to_start, in_progress, completed_waiting), all engines summed; KV consumers only.",
-                                        "kv_transfer.waiting_fetch", ("stage",)),
-    "prompt_tokens_transferred_ratio": Series("Share of prompt tokens that arrived by KV transfer (vLLM's source external_kv_transfer) over prompt tokens from every source, over the window; on a decode instance a fall to 0 means its prompts are recomputed.",
-                                              "kv_transfer.prompt_tokens_transferred_ratio"),
+                                        "kv_transfer.waiting_fetch", ("stage",), section="kv_transfer"),
+    "prompt_tokens_transferred_ratio": Series("Share of prompt tokens that arrived by KV transfer (vLLM's source external_kv_transfer) over prompt tokens from every source, over the window. On a decode instance a fall to 0 means its prompts are recomputed: the transfer failed silently.",
+                                              "kv_transfer.prompt_tokens_transferred_ratio", section="kv_transfer"),
     "external_prefix_cache_hit_ratio": Series("External (KV connector) prefix-cache hit tokens / queried tokens, over the window.",
-                                              "kv_transfer.external_prefix_cache_hit_ratio"),
+                                              "kv_transfer.external_prefix_cache_hit_ratio", section="kv_transfer"),
 }
 # The distributions served as summaries, for the resolution flag below
 _SUMMARIES = tuple(name for name, series in DERIVED.items() if series.summary)
@@ -154,6 +161,7 @@ class PodSeries:
     read: Callable[[Signals], object]
     label: str = ""
     labels: Tuple[str, ...] = ()
+    section: str = "vllm"  # as ``Series.section``
 
     def items(self, v) -> Iterator[Tuple[Dict[str, str], float]]:
         """(labels, value) of each sample of a value ``read`` gave."""
@@ -198,28 +206,30 @@ POD_DERIVED: Dict[str, PodSeries] = {
     "lora_adapter_active": PodSeries(
         "1 while the LoRA adapter has at least one request running or waiting in vLLM (named in the newest "
         "vllm:lora_requests_info series), 0 for the other adapters known. " + _MEMBERSHIP,
-        _by_adapter("active"), "adapter"),
+        _by_adapter("active"), "adapter", section="lora"),
     "lora_adapter_running": PodSeries("1 while the LoRA adapter has a request running, 0 otherwise. " + _APART + " "
-                                      + _MEMBERSHIP, _by_adapter("running"), "adapter"),
+                                      + _MEMBERSHIP, _by_adapter("running"), "adapter", section="lora"),
     "lora_adapter_waiting": PodSeries("1 while the LoRA adapter has a request waiting, 0 otherwise. " + _APART + " "
-                                      + _MEMBERSHIP, _by_adapter("waiting"), "adapter"),
+                                      + _MEMBERSHIP, _by_adapter("waiting"), "adapter", section="lora"),
     "lora_adapters_active": PodSeries("LoRA adapters with at least one request running or waiting (adapters, not "
-                                      "requests).", _lora(lambda lo: lo.active)),
+                                      "requests).", _lora(lambda lo: lo.active), section="lora"),
     "lora_adapters_running": PodSeries("LoRA adapters with a request running (adapters, not requests). " + _APART,
-                                       _lora(lambda lo: lo.running)),
+                                       _lora(lambda lo: lo.running), section="lora"),
     "lora_adapters_waiting": PodSeries("LoRA adapters with a request waiting (adapters, not requests). " + _APART,
-                                       _lora(lambda lo: lo.waiting)),
+                                       _lora(lambda lo: lo.waiting), section="lora"),
     "lora_adapters_known": PodSeries("LoRA adapters vLLM has had requests for since it started (every adapter named "
                                      "in any vllm:lora_requests_info series, those over the label cap included).",
-                                     _lora(lambda lo: lo.known)),
-    "lora_max_adapters": PodSeries("vLLM's max_lora (--max-loras): the most LoRA adapters one batch can hold.",
-                                   _lora(lambda lo: lo.max_adapters)),
+                                     _lora(lambda lo: lo.known), section="lora"),
+    "lora_max_adapters": PodSeries("vLLM's max_lora (--max-loras): the most LoRA adapters one batch can hold. More adapters active than this means "
+                                   "some adapters' requests are all waiting.",
+                                   _lora(lambda lo: lo.max_adapters), section="lora"),
     "role_info": PodSeries("1, labelled with this replica's role in prefill/decode disaggregation as given to the "
-                           "sidecar (--role: prefill, decode or both); rules and panels join on it. Like every derived series, absent while "
-                           "vLLM is not read.", _role_info, "role"),
+                           "sidecar (--role: prefill, decode or both); rules and panels join on it (a pod without it counts as both). "
+                           "Like every derived series, absent while vLLM is not read.", _role_info, "role"),
     "role_conflict": PodSeries("1 while vLLM's page contradicts the role given: reason no_kv_consumer (role decode, no "
                                "vllm:num_requests_kv_fetch_by_stage: this vLLM receives no KV) or receives_kv (role "
-                               "prefill, prompt tokens arriving by KV transfer); absent otherwise.",
+                               "prefill, prompt tokens arriving by KV transfer); absent otherwise. A kv_both page looks like a consumer's and is "
+                               "never a conflict by itself. Said once in the log.",
                                _role_conflict, labels=("role", "reason")),
 }
 
