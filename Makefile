@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # computes, so three workers keep two cores busy
 TEST_WORKERS ?= 3
 
-.PHONY: run demo top test e2e-perf venv deps rules bench bench-listener bench-pack detection clean
+.PHONY: run demo top test e2e-perf venv deps rules docs bench bench-listener bench-pack detection clean
 
 $(VPY): pyproject.toml scripts/kubectl-requirements.txt
 	@command -v $(PY) >/dev/null 2>&1 || { echo "make: $(PY) not found: install Python 3.10+ (apt-get install python3 python3-venv)" >&2; exit 1; }
@@ -56,6 +56,12 @@ rules: $(VPY)
 	$(VENV)/bin/vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .
 	$(VENV)/bin/vllm-sidecar-exporter dashboards --slo rules/slo.yaml --out-dir dashboards --k8s-out deploy/kubernetes/base/grafana-dashboards.yaml \
 		--operator-out deploy/kubernetes/components/grafana-operator/grafana-dashboards.yaml
+
+# the derived series' rows of the README's metric tables and of docs/interface.md, rendered from the
+# sidecar's own tables into their marked regions (exporter/runtime/collectors/metric_docs.py; with
+# --check it only says which differ, as tests/project/test_metric_docs.py does)
+docs: $(VPY)
+	$(VPY) -m exporter.runtime.collectors.metric_docs README.md docs/interface.md
 
 # every benchmark (about 37 minutes); the poll loop's and the pack's write their sections of
 # docs/performance.md, the listener's prints its table (its section keeps the analysis of a run)
