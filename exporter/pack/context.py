@@ -12,8 +12,6 @@ from typing import Any, Dict, Mapping
 from ..slo import seconds
 from .names import Names, grouping, model_labels, outer_labels
 
-QUANTILES = ("0.5", "0.95", "0.99")
-
 # Matchers on vLLM's own label values (not thresholds: these are vLLM's vocabulary)
 ERR = 'finished_reason="error"'
 NOABORT = 'finished_reason!="abort"'

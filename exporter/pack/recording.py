@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 from . import conditions, longreads, recording_pd
-from .context import CAPACITY, ERR, NOABORT, NOT4XX, QUANTILES, S5XX, Ctx, indent, le_for
+from .context import CAPACITY, ERR, NOABORT, NOT4XX, S5XX, Ctx, indent, le_for
 from .recorded import Recording
 
 __all__ = ["Recording", "capacity", "capacity_names", "recording_rules"]
@@ -27,6 +27,9 @@ LATENCY_HISTOGRAMS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("vllm_request_queue_time_seconds", ("vllm:request_queue_time_seconds",)),
 )
 MEAN_HISTOGRAMS = LATENCY_HISTOGRAMS[:2]
+# The quantiles recorded per replica, of the histograms whose quantile a rule reads: TTFT's p95 (the
+# SLO's objective, objectives.ttft_p95_seconds). Dashboards take the others from the bucket rates.
+RECORDED_QUANTILES: Dict[str, Tuple[str, ...]] = {"vllm_time_to_first_token_seconds": ("0.95",)}
 
 
 def finished(c: Ctx, matcher: str = "") -> str:
@@ -225,19 +228,22 @@ def fleet_normal(c: Ctx) -> List[Recording]:
 
 
 def latency(c: Ctx) -> List[Recording]:
-    """Quantiles of the latency histograms over the rate window, and the means of TTFT and ITL.
+    """The latency histograms' per-replica bucket rates over the rate window, the quantile the rules
+    read, and the means of TTFT and ITL.
 
     Each histogram's buckets are read once per evaluation, into a per-replica rate per bucket
-    (``..._bucket:rate5m``); its three quantiles, per replica and per model, are taken from that
-    recorded rate (the same numbers: a quantile of the summed rates), not from the raw buckets
-    three and six times over."""
+    (``..._bucket:rate5m``). Only the TTFT p95 is recorded from it (``RECORDED_QUANTILES``: the SLO's
+    TTFT objective is a p95, and the alerts, the peer comparison, ``capacity`` and ``backtest`` read
+    it); the dashboards take every other quantile of the recorded bucket rate when they are looked at
+    (the same numbers), so a Prometheus does not work out eleven more quantiles of every replica at
+    every evaluation for a panel nobody may open (see docs/performance.md)."""
     out = []
     for rname, names in LATENCY_HISTOGRAMS:
         buckets = c.rec(rname + "_bucket", "rate")
         out.append(Recording(buckets, "\nor\n".join(f"sum by ({c.per_replica}, le) "
                                                      f"(rate({n}_bucket{c.selector()}[{c.rate_window}]))"
                                                      for n in names)))
-        for q in QUANTILES:
+        for q in RECORDED_QUANTILES.get(rname, ()):
             out.append(Recording(c.rec(rname, "histogram_quantile"), f"histogram_quantile({q}, {buckets})",
                                  {"quantile": q}))
     for rname, names in MEAN_HISTOGRAMS:
@@ -249,16 +255,10 @@ def latency(c: Ctx) -> List[Recording]:
 def per_model(c: Ctx) -> List[Recording]:
     """Per model across its replicas: what the overview and the SLO read."""
     svc = c.per_model
-    out = [
+    return [
         Recording(c.mrec(m, "rate"), f"sum by ({svc}) ({c.rec(m, 'rate')})")
         for m in ("vllm_generation_tokens", "vllm_prompt_tokens", "vllm_requests_finished")
     ]
-    for q in QUANTILES:
-        out.append(Recording(
-            c.mrec("vllm_time_to_first_token_seconds", "histogram_quantile"),
-            f"histogram_quantile({q}, sum by ({svc}, le) ({c.rec('vllm_time_to_first_token_seconds_bucket', 'rate')}))",
-            {"quantile": q}))
-    return out
 
 
 def burn_windows(slo) -> List[str]:

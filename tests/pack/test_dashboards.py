@@ -323,9 +323,10 @@ FIXED = {"Error budget left (30 days)": {0.25, 0.5}, "Temperature": {83.0, 90.0}
 
 def _numbers(text):
     """Numbers written in text or PromQL, with strings, quantile labels, label_values and durations
-    taken out (quantile="0.5" and the median's 0.5 are not SLO values)."""
+    taken out (quantile="0.5", histogram_quantile(0.99, ...) and the median's 0.5 are not SLO values)."""
     t = re.sub(r'quantile="[^"]*"', "", text)
     t = re.sub(r"quantile by \([^)]*\) \(0\.5,", "", t)
+    t = re.sub(r"histogram_quantile\(0\.\d+,", "", t)  # the quantile a latency panel shows
     t = re.sub(r"\[\d+[smhd]\]", "", t)  # range selectors
     t = re.sub(r"\b\d+(ms|s|m|h|d)\b", "", t)  # durations in text
     t = re.sub(r"\bp\d\d\b", "", t)  # p50, p95, p99

@@ -147,9 +147,13 @@ class Builder:
         return self.s(self.names.model(metric, op, window), True, False)
 
     def quantiles(self, metric: str) -> List[Target]:
-        """p50/p95/p99 of a per-replica histogram_quantile recording rule."""
-        return [Target(self.replica(metric, "histogram_quantile", f'quantile="{q}"'),
-                       f"{{{{pod}}}} p{float(q) * 100:g}") for q in QUANTILES]
+        """p50/p95/p99 of a latency histogram per replica, taken when the panel is looked at from the
+        recorded per-replica bucket rate (the rules record only the quantile they read)."""
+        return [Target(self.quantile(metric, q), f"{{{{pod}}}} p{float(q) * 100:g}") for q in QUANTILES]
+
+    def quantile(self, metric: str, q: str) -> str:
+        """One quantile of a latency histogram per replica, from its recorded bucket rate."""
+        return f"histogram_quantile({q}, {self.replica(metric + '_bucket', 'rate')})"
 
     def runbook(self, alert: str) -> str:
         return f"{self.runbook_base}/{alert}.md"

@@ -73,7 +73,7 @@ def overview(b: Builder) -> Dict[str, Any]:
               unit="percentunit", w=8, min=0, max=1),
         Panel("Queue time p95", f"Time requests waited before scheduling, p95 over {W}: high means load or KV "
               "capacity, not the model, makes TTFT high.",
-              [Target(b.replica("vllm_request_queue_time_seconds", "histogram_quantile", 'quantile="0.95"'),
+              [Target(b.quantile("vllm_request_queue_time_seconds", "0.95"),
                       "{{pod}}")], unit="s", w=8),
         Row("Availability SLO"),
         Panel("Availability (30 days)", f"Share of requests without a server error, averaged over {PERIOD}; "
