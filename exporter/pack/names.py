@@ -17,9 +17,18 @@ whatever ``outer_labels`` holds.
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Sequence
+from typing import Any, List, Mapping, Sequence, Tuple
 
 REPLICA_ONLY = ("pod", "instance")
+
+# vLLM's latency histograms: (recording-rule metric, vLLM's names of it newest first), read by the
+# rules (TTFT) and the dashboards (every one)
+LATENCY_HISTOGRAMS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
+    ("vllm_time_to_first_token_seconds", ("vllm:time_to_first_token_seconds",)),
+    ("vllm_inter_token_latency_seconds", ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")),
+    ("vllm_e2e_request_latency_seconds", ("vllm:e2e_request_latency_seconds",)),
+    ("vllm_request_queue_time_seconds", ("vllm:request_queue_time_seconds",)),
+)
 
 
 def outer_labels(slo: Mapping[str, Any]) -> List[str]:
@@ -58,11 +67,14 @@ class Names:
         self.model_prefix = model_level(self.replica_labels)
 
     def _op(self, op: str, window: str = "") -> str:
-        # operations over a range carry their window (rate5m); instant ones (max, sum) do not
-        return f"{op}{window}" if op in ("rate", "ratio_rate", "histogram_quantile", "mean") else op
+        # operations over a range carry their window (rate5m, the rate window unless another is
+        # given); instant ones (max, sum) do not, unless a window is given (avg_over_time + 1d)
+        if op in ("rate", "ratio_rate", "histogram_quantile", "mean"):
+            return f"{op}{window or self.window}"
+        return f"{op}{window}"
 
     def replica(self, metric: str, op: str, window: str = "") -> str:
-        return f"{self.replica_prefix}:{metric}:{self._op(op, window or self.window)}"
+        return f"{self.replica_prefix}:{metric}:{self._op(op, window)}"
 
     def model(self, metric: str, op: str, window: str = "") -> str:
-        return f"{self.model_prefix}:{metric}:{self._op(op, window or self.window)}"
+        return f"{self.model_prefix}:{metric}:{self._op(op, window)}"

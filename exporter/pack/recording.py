@@ -14,21 +14,15 @@ from typing import Dict, List, Sequence, Tuple
 
 from . import conditions, longreads, recording_pd
 from .context import CAPACITY, ERR, NOABORT, NOT4XX, S5XX, Ctx, indent, le_for
+from .names import LATENCY_HISTOGRAMS
 from .recorded import Recording
 
 __all__ = ["Recording", "capacity", "capacity_names", "recording_rules"]
 
 
-# (recording-rule metric, vLLM histogram names newest first)
-LATENCY_HISTOGRAMS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
-    ("vllm_time_to_first_token_seconds", ("vllm:time_to_first_token_seconds",)),
-    ("vllm_inter_token_latency_seconds", ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")),
-    ("vllm_e2e_request_latency_seconds", ("vllm:e2e_request_latency_seconds",)),
-    ("vllm_request_queue_time_seconds", ("vllm:request_queue_time_seconds",)),
-)
 MEAN_HISTOGRAMS = LATENCY_HISTOGRAMS[:2]
 # The quantiles recorded per replica, of the histograms whose quantile a rule reads: TTFT's p95 (the
-# SLO's objective, objectives.ttft_p95_seconds). Dashboards take the others from the bucket rates.
+# SLO's objective, objectives.ttft_p95_seconds). Dashboards take the others from vLLM's buckets.
 RECORDED_QUANTILES: Dict[str, Tuple[str, ...]] = {"vllm_time_to_first_token_seconds": ("0.95",)}
 
 
@@ -228,22 +222,24 @@ def fleet_normal(c: Ctx) -> List[Recording]:
 
 
 def latency(c: Ctx) -> List[Recording]:
-    """The latency histograms' per-replica bucket rates over the rate window, the quantile the rules
-    read, and the means of TTFT and ITL.
+    """The latency quantiles the rules read, over the rate window, and the means of TTFT and ITL.
 
-    Each histogram's buckets are read once per evaluation, into a per-replica rate per bucket
-    (``..._bucket:rate5m``). Only the TTFT p95 is recorded from it (``RECORDED_QUANTILES``: the SLO's
-    TTFT objective is a p95, and the alerts, the peer comparison, ``capacity`` and ``backtest`` read
-    it); the dashboards take every other quantile of the recorded bucket rate when they are looked at
-    (the same numbers), so a Prometheus does not work out eleven more quantiles of every replica at
-    every evaluation for a panel nobody may open (see docs/performance.md)."""
+    The TTFT histogram's buckets are read once per evaluation, into a per-replica rate per bucket
+    (``..._bucket:rate5m``), and its p95 is taken from that (``RECORDED_QUANTILES``: the SLO's TTFT
+    objective is a p95, read by the alerts, the peer comparison, ``capacity`` and ``backtest``).
+    Nothing else reads a latency quantile at every evaluation: the dashboards take theirs (p50, p95,
+    p99 of TTFT, ITL, end-to-end latency and queue time) from vLLM's buckets when they are looked at,
+    so a Prometheus does not record some 80 bucket rates and quantiles of every replica at every
+    evaluation for panels nobody may open (docs/performance.md, "The pack at fleet scale")."""
     out = []
     for rname, names in LATENCY_HISTOGRAMS:
+        if rname not in RECORDED_QUANTILES:
+            continue
         buckets = c.rec(rname + "_bucket", "rate")
         out.append(Recording(buckets, "\nor\n".join(f"sum by ({c.per_replica}, le) "
                                                      f"(rate({n}_bucket{c.selector()}[{c.rate_window}]))"
                                                      for n in names)))
-        for q in RECORDED_QUANTILES.get(rname, ()):
+        for q in RECORDED_QUANTILES[rname]:
             out.append(Recording(c.rec(rname, "histogram_quantile"), f"histogram_quantile({q}, {buckets})",
                                  {"quantile": q}))
     for rname, names in MEAN_HISTOGRAMS:

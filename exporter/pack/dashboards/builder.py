@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..names import Names, grouping, model_labels
+from ..names import LATENCY_HISTOGRAMS, Names, grouping, model_labels
 
 TAG = "vllm-sidecar-exporter"
 # The data source: panels and variables read the ${datasource} variable, so one dashboard serves
@@ -89,6 +89,7 @@ LEVEL_MAP = value_map(("0", "ok", "green"), ("1", "elevated", "yellow"), ("2", "
 FLAG_MAP = value_map(("0", "no", "green"), ("1", "YES", "red"))
 UP_MAP = value_map(("0", "down", "red"), ("1", "up", "green"))
 QUANTILES = ("0.5", "0.95", "0.99")
+LATENCY_NAMES = dict(LATENCY_HISTOGRAMS)  # recording-rule metric -> vLLM's names of its histogram
 
 
 def link(title: str, url: str, tooltip: str, icon: str = "doc") -> Dict[str, Any]:
@@ -147,13 +148,17 @@ class Builder:
         return self.s(self.names.model(metric, op, window), True, False)
 
     def quantiles(self, metric: str) -> List[Target]:
-        """p50/p95/p99 of a latency histogram per replica, taken when the panel is looked at from the
-        recorded per-replica bucket rate (the rules record only the quantile they read)."""
+        """p50/p95/p99 of a latency histogram per replica over the rate window."""
         return [Target(self.quantile(metric, q), f"{{{{pod}}}} p{float(q) * 100:g}") for q in QUANTILES]
 
     def quantile(self, metric: str, q: str) -> str:
-        """One quantile of a latency histogram per replica, from its recorded bucket rate."""
-        return f"histogram_quantile({q}, {self.replica(metric + '_bucket', 'rate')})"
+        """One quantile of a latency histogram per replica over the rate window, taken when the panel
+        is looked at from vLLM's buckets under every name vLLM has given them (the rules record only
+        the quantile they read: the rules' and the panel's figures are the same numbers)."""
+        by = self.by(*self.slo["replica_labels"], "model_name", "le")
+        rates = "\nor\n".join(f"sum by ({by}) (rate({self.s(n + '_bucket')}[{self.window}]))"
+                               for n in LATENCY_NAMES[metric])
+        return f"histogram_quantile({q},\n{rates}\n)"
 
     def runbook(self, alert: str) -> str:
         return f"{self.runbook_base}/{alert}.md"
