@@ -222,25 +222,22 @@ def fleet_normal(c: Ctx) -> List[Recording]:
 
 
 def latency(c: Ctx) -> List[Recording]:
-    """The latency quantiles the rules read, over the rate window, and the means of TTFT and ITL.
+    """The latency quantile the rules read, over the rate window, and the means of TTFT and ITL.
 
-    The TTFT histogram's buckets are read once per evaluation, into a per-replica rate per bucket
-    (``..._bucket:rate5m``), and its p95 is taken from that (``RECORDED_QUANTILES``: the SLO's TTFT
-    objective is a p95, read by the alerts, the peer comparison, ``capacity`` and ``backtest``).
-    Nothing else reads a latency quantile at every evaluation: the dashboards take theirs (p50, p95,
-    p99 of TTFT, ITL, end-to-end latency and queue time) from vLLM's buckets when they are looked at,
-    so a Prometheus does not record some 80 bucket rates and quantiles of every replica at every
-    evaluation for panels nobody may open (docs/performance.md, "The pack at fleet scale")."""
+    The TTFT p95 per replica (``RECORDED_QUANTILES``: the SLO's TTFT objective is a p95, read by the
+    alerts, the peer comparison, ``capacity`` and ``backtest``) is taken straight from vLLM's buckets,
+    read once per evaluation. Nothing else reads a latency quantile at every evaluation: the
+    dashboards take theirs (p50, p95, p99 of TTFT, ITL, end-to-end latency and queue time) from the
+    same buckets when they are looked at, so a Prometheus does not record some 90 bucket rates and 15
+    quantiles of every replica at every evaluation for panels nobody may open (docs/performance.md,
+    "The pack at fleet scale"). A second recorded quantile of one histogram would read its buckets
+    twice: record the bucket rate once then, and take both quantiles from it."""
     out = []
     for rname, names in LATENCY_HISTOGRAMS:
-        if rname not in RECORDED_QUANTILES:
-            continue
-        buckets = c.rec(rname + "_bucket", "rate")
-        out.append(Recording(buckets, "\nor\n".join(f"sum by ({c.per_replica}, le) "
-                                                     f"(rate({n}_bucket{c.selector()}[{c.rate_window}]))"
-                                                     for n in names)))
-        for q in RECORDED_QUANTILES[rname]:
-            out.append(Recording(c.rec(rname, "histogram_quantile"), f"histogram_quantile({q}, {buckets})",
+        buckets = "\nor\n".join(f"sum by ({c.per_replica}, le) (rate({n}_bucket{c.selector()}[{c.rate_window}]))"
+                                 for n in names)
+        for q in RECORDED_QUANTILES.get(rname, ()):
+            out.append(Recording(c.rec(rname, "histogram_quantile"), f"histogram_quantile({q},\n{indent(buckets)}\n)",
                                  {"quantile": q}))
     for rname, names in MEAN_HISTOGRAMS:
         mean = "\nor\n".join(f"{c.rate(n + '_sum')}\n/\n({c.rate(n + '_count')} > 0)" for n in names)
