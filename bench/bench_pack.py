@@ -86,8 +86,9 @@ scraping one simulated fleet: 100 pods (a simulated vLLM 0.32.0 page each and it
 page), three models in two namespaces, some idle, some busy, one thrashing its KV cache, one in a
 long-prompt storm, two answering a share of requests with 5xx. `none` has no rules (the baseline
 for series and ingestion), `naive` the user's four naive alerts, `pack` this pack, and each
-`--variant` another rule file in the same run (below: `before`, the pack before its reads over
-days were taken from hourly aggregates, `windows.history_step`). Windows longer than the warm-up
+`--variant` another rule file in the same run (below: `before`, the pack before the round the
+section "The pack at fleet scale" describes first, which recorded every latency histogram per
+replica). Windows longer than the warm-up
 are backfilled first (a subquery's series as far back as it reaches), so the 1-day, 3-day and
 14-day reads read full windows from the first evaluation. "Samples read" is Prometheus' own count
 (`stats=all`), independent of how busy
