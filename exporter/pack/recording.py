@@ -43,7 +43,6 @@ def throughput(c: Ctx) -> List[Recording]:
         Recording(c.rec("vllm_requests_finished_by_reason", "rate"),
                   f"sum by ({c.per_replica}, finished_reason) (rate(vllm:request_success_total{c.selector()}[{c.rate_window}]))"),
         Recording(c.rec("vllm_requests_finished", "rate"), finished(c)),
-        Recording(c.rec("vllm_requests_failed", "rate"), finished(c, ERR)),
         # vLLM creates labelled series lazily on some releases: no "error" series means no error yet
         Recording(c.rec("vllm_request_errors", "ratio_rate"),
                   f"(\n  {finished(c, ERR)}\n  or\n  {finished(c)} * 0\n)\n/\n({finished(c, NOABORT)} > 0)"),
@@ -246,11 +245,11 @@ def latency(c: Ctx) -> List[Recording]:
 
 
 def per_model(c: Ctx) -> List[Recording]:
-    """Per model across its replicas: what the overview and the SLO read."""
+    """Per model across its replicas: what the overview, the capacity rules and the SLO read."""
     svc = c.per_model
     return [
         Recording(c.mrec(m, "rate"), f"sum by ({svc}) ({c.rec(m, 'rate')})")
-        for m in ("vllm_generation_tokens", "vllm_prompt_tokens", "vllm_requests_finished")
+        for m in ("vllm_generation_tokens", "vllm_requests_finished")
     ]
 
 
