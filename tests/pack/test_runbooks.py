@@ -39,4 +39,3 @@ def test_runbook_queries_are_valid_promql(tmp_path):
     f.write_text(yaml.safe_dump({"groups": [{"name": "runbooks", "rules": rules}]}))
     r = subprocess.run(["promtool", "check", "rules", str(f)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
-
