@@ -18,7 +18,8 @@ sidecar's default is 2 s: that changes values, not series).
 
 Prometheus (the installed one, 2.42 here) runs once per instance, all at the same time, scraping
 the same fleet every ``--scrape`` seconds (``namespace`` and ``pod`` as static target labels, as
-a PodMonitor gives them), rules evaluated every 30 s (prometheus-operator's default
+a PodMonitor gives them, and on vLLM's targets the SLO's ``sidecar_target_label`` that
+deploy/kubernetes writes for a pod with the sidecar), rules evaluated every 30 s (prometheus-operator's default
 ``evaluationInterval``):
 
 - ``none``: no rule file (the baseline for series and ingestion);
@@ -76,8 +77,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.pack_fleet import MODELS, Pod, PodSpec, fleet_specs, run_fleet  # noqa: E402,F401 (re-exported)
 from exporter.harness.localstack import free_port  # noqa: E402
+from exporter.slo import load_slo  # noqa: E402
 
 NAIVE = ROOT / "exporter/harness/data/naive.rules.yml"
+SIDECAR_LABEL = (load_slo(None).get("sidecar_target_label") or "")
 PACK = ROOT / "rules/vllm.rules.yml"
 EVAL_INTERVAL = 30.0
 SECTION = "## The pack on Prometheus"
@@ -266,17 +269,27 @@ def live_series(pods: Sequence[dict], names: Sequence[str]) -> Dict[str, List[Tu
             for s in parse(text).samples:
                 if s.name in wanted:
                     out.setdefault(s.name, []).append(({**dict(s.labels), "job": job, "instance": f"127.0.0.1:{port}",
-                                                        "namespace": p["namespace"], "pod": p["pod"]}, s.value))
+                                                        **target_labels(p, job)}, s.value))
     return out
 
 
 # -- one run --------------------------------------------------------------------------------------
 
+def target_labels(pod: dict, job: str) -> Dict[str, str]:
+    """The labels a PodMonitor gives the pod's targets: namespace and pod, and on vLLM's target the
+    SLO's sidecar_target_label (every pod of this fleet runs the sidecar; deploy/kubernetes writes
+    it from the pod's annotation), so the pack reads vLLM's raw series only for pods without one."""
+    out = {"namespace": pod["namespace"], "pod": pod["pod"]}
+    if job == "vllm" and SIDECAR_LABEL:
+        out[SIDECAR_LABEL] = "true"
+    return out
+
+
 def prom_config(pods: Sequence[dict], scrape_s: float, rule_files: Sequence[Path]) -> dict:
     def job(name: str, port_key: str) -> dict:
         return {"job_name": name,
                 "static_configs": [{"targets": [f"127.0.0.1:{p[port_key]}"],
-                                    "labels": {"namespace": p["namespace"], "pod": p["pod"]}} for p in pods]}
+                                    "labels": target_labels(p, name)} for p in pods]}
 
     return {"global": {"scrape_interval": f"{scrape_s:g}s", "scrape_timeout": f"{min(scrape_s, 10):g}s",
                        "evaluation_interval": f"{EVAL_INTERVAL:g}s"},

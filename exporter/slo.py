@@ -321,6 +321,15 @@ def _label_names(v: Any, where: str) -> List[str]:
     return v
 
 
+def _label_name_or_empty(v: Any, where: str) -> str:
+    """One label name, or "" (none)."""
+    if v is None or v == "":
+        return ""
+    if not isinstance(v, str) or not _LABEL_RE.fullmatch(v) or v.startswith("__") or v in ("le", "model_name"):
+        raise ConfigError(f"{where}: expected a label name (or \"\" for none), got {v!r}")
+    return v
+
+
 def _url(v: Any, where: str) -> str:
     """Text written into each alert's ``runbook_url`` annotation (a Go template there)."""
     if not isinstance(v, str):
@@ -381,6 +390,7 @@ SCHEMA: Dict[str, Check] = {
     "selector": _selector,
     "replica_labels": _label_names,
     "outer_labels": _outer_labels,
+    "sidecar_target_label": _label_name_or_empty,
     "evaluation_interval": _duration,
     "runbook_base_url": _url,
     "labels": _label_map,

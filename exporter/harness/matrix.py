@@ -7,7 +7,9 @@ A cell's series are rendered once per scenario and history at a base step (5 s f
 ``replicas`` replica slots (the affected replica is always slot 0) and the samples a Prometheus
 scraping every ``scrape`` seconds would have kept (``thin``). The sidecar's series in them are the
 runtime's own derivations over pages at its 2 s poll (``scenarios.sidecar_sim``), so each interval
-reads the same sidecar, as it would in a real deployment.
+reads the same sidecar, as it would in a real deployment. vLLM's series of a pod that has sidecar
+series carry the SLO's ``sidecar_target_label`` (``sidecar_labelled``), as the deploy monitors write
+it; the cells without the sidecar (``without_sidecar``) carry neither.
 
 History: ``none`` means Prometheus and the sidecar start at the onset (a new deployment on its
 first incident: nothing learned, no rate window full), ``1h`` an hour of normal traffic before it,
@@ -35,13 +37,16 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..slo import defaults as slo_defaults
 from .scenarios import catalog, catalog29, pd_catalog
 from .scenarios.catalog import Scenario
 from .scenarios.fleet import REPLICA_INDEX
 from .scenarios.judge import LOUD, Timeline, Verdict, backtest_timeline, judge
-from .scenarios.series import Book
+from .scenarios.series import Book, labels_of
 
 REPLICAS = (1, 2, 3, 8)
+# the label the built-in SLO file's pack expects on the vLLM targets of pods with a sidecar
+SIDECAR_LABEL: str = slo_defaults().get("sidecar_target_label") or ""
 SCRAPES = (5, 15, 30, 60)
 HISTORIES = {"none": 0.0, "1h": 1.0, "1d": 24.0}
 
@@ -196,21 +201,47 @@ def scenario_for(cell: Cell, exact: bool = False) -> Scenario:
     """The cell's scenario; ``exact``: rendered with exactly the cell's replicas (tests: fewer pods
     to simulate) instead of cut from the matrix's largest fleet."""
     if cell.history == "recorded":
-        return RECORDED[cell.scenario](float(cell.scrape))
+        return sidecar_labelled(RECORDED[cell.scenario](float(cell.scrape)))
     step = base_step(cell.scrape)
     pods = cell.replicas if exact or cell.replicas == 1 else max(grid(cell.scenario, "replicas"))
-    return cut(_rendered(cell.scenario, cell.history, step, pods), cell.replicas, float(cell.scrape))
+    return sidecar_labelled(cut(_rendered(cell.scenario, cell.history, step, pods), cell.replicas, float(cell.scrape)))
+
+
+def _sidecar_series(name: str, labels) -> bool:
+    return name.startswith("vllm_sidecar_") or (name == "up" and dict(labels).get("job", "").endswith("sidecar"))
 
 
 def without_sidecar(sc: Scenario) -> Scenario:
-    """The same fleet with no sidecar series at all: what the fallback on raw vLLM series sees."""
+    """The same fleet with no sidecar series at all: what the fallback on raw vLLM series sees
+    (pods without a sidecar, so their vLLM targets carry no sidecar label either)."""
     book = sc.book
+    label = SIDECAR_LABEL
     out = Book(book.start, book.step, book.n)
     for (name, labels), row in book.series.items():
-        if name.startswith("vllm_sidecar_") or (name == "up" and dict(labels).get("job", "").endswith("sidecar")):
+        if _sidecar_series(name, labels):
             continue
-        out.series[(name, labels)] = row
+        out.series[(name, tuple(kv for kv in labels if kv[0] != label))] = row
     return replace(sc, book=out, name=sc.name + "-raw-only")
+
+
+def sidecar_labelled(sc: Scenario) -> Scenario:
+    """The fleet as deploy/kubernetes scrapes it: every series of the vLLM target of a pod that has
+    sidecar series carries the SLO's ``sidecar_target_label`` (``vllm_sidecar="true"``, written by
+    the vLLM PodMonitor's relabeling), so the pack reads such pods through their sidecar and the
+    raw path only for pods without one."""
+    book, label = sc.book, SIDECAR_LABEL
+    if book is None or not label:
+        return sc
+    pods = {(d.get("namespace"), d.get("pod")) for name, labels in book.series
+            for d in (dict(labels),) if _sidecar_series(name, labels) and d.get("pod")}
+    out = Book(book.start, book.step, book.n)
+    for (name, labels), row in book.series.items():
+        d = dict(labels)
+        if not _sidecar_series(name, labels) and (d.get("namespace"), d.get("pod")) in pods:
+            d[label] = "true"
+            labels = labels_of(d)
+        out.series[(name, labels)] = row
+    return replace(sc, book=out)
 
 
 @dataclass

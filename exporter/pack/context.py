@@ -67,6 +67,10 @@ class Ctx:
         self.rate_window = w["rate"]  # the recording rules' rate window (windows.rate)
         self.sustain_window = w["sustain"]  # windows.sustain
         self.windows: Dict[str, str] = dict(w)
+        label = slo.get("sidecar_target_label") or ""
+        # the matcher of the raw path's reads where the sidecar serves the figure: pods whose vLLM
+        # target does not carry the sidecar's label (sidecar_target_label); "" reads every pod
+        self.no_sidecar = f'{label}=""' if label else ""
 
     # selectors and the usual shapes -------------------------------------------------------
     def by_(self, *labels: str) -> str:

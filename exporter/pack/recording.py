@@ -24,6 +24,10 @@ MEAN_HISTOGRAMS = LATENCY_HISTOGRAMS[:2]
 # The quantiles recorded per replica, of the histograms whose quantile a rule reads: TTFT's p95 (the
 # SLO's objective, objectives.ttft_p95_seconds). Dashboards take the others from vLLM's buckets.
 RECORDED_QUANTILES: Dict[str, Tuple[str, ...]] = {"vllm_time_to_first_token_seconds": ("0.95",)}
+# ... and the sidecar's summary of the same histogram: where a pod has a sidecar, its quantile is
+# the sidecar's (over the sidecar's window, from every 2 s poll), and vLLM's buckets are read only for
+# pods without one
+SIDECAR_SUMMARIES: Dict[str, str] = {"vllm_time_to_first_token_seconds": "vllm_sidecar_ttft_seconds"}
 
 
 def finished(c: Ctx, matcher: str = "") -> str:
@@ -180,10 +184,12 @@ def prompts_and_cache(c: Ctx) -> List[Recording]:
     le_matcher = 'le="' + le_for(c.slo["long_prompt"]["tokens"]) + '"'
     long_rate = c.rec("vllm_long_prompt_requests", "rate")
     return [
-        Recording(long_rate, f"{c.rate('vllm:request_prompt_tokens_count')}\n-\n"
-                             f"{c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher)}"),
+        # the raw path of the long-prompt rate: pods without a sidecar (the sidecar serves its own,
+        # conditions.inputs; the alert reads this one only where that one is absent)
+        Recording(long_rate, f"{c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)}\n-\n"
+                             f"{c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher, c.no_sidecar)}"),
         Recording(c.rec("vllm_long_prompt_requests", "ratio_rate"),
-                  f"{long_rate}\n/ on ({by})\n({c.rate('vllm:request_prompt_tokens_count')} > 0)"),
+                  f"{long_rate}\n/ on ({by})\n({c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)} > 0)"),
         Recording(c.rec("vllm_prefix_cache_hit", "ratio_rate"),
                   f"(\n  {c.rate('vllm:prefix_cache_hits_total')}\n  /\n"
                   f"  ({c.rate('vllm:prefix_cache_queries_total')} > 0)\n)\nor\n"
@@ -224,19 +230,24 @@ def latency(c: Ctx) -> List[Recording]:
     """The latency quantile the rules read, over the rate window, and the means of TTFT and ITL.
 
     The TTFT p95 per replica (``RECORDED_QUANTILES``: the SLO's TTFT objective is a p95, read by the
-    alerts, the peer comparison, ``capacity`` and ``backtest``) is taken straight from vLLM's buckets,
-    read once per evaluation. Nothing else reads a latency quantile at every evaluation: the
-    dashboards take theirs (p50, p95, p99 of TTFT, ITL, end-to-end latency and queue time) from the
-    same buckets when they are looked at, so a Prometheus does not record some 90 bucket rates and 15
+    alerts, the peer comparison, ``capacity`` and ``backtest``) is the sidecar's where the pod has
+    one (its summary over the sidecar's window, ``SIDECAR_SUMMARIES``), else taken straight from
+    vLLM's buckets of the pods without a sidecar (``Ctx.no_sidecar``). Nothing else reads a latency
+    quantile at every evaluation: the dashboards take theirs (p50, p95, p99 of TTFT, ITL, end-to-end
+    latency and queue time) from the same buckets when they are looked at, so a Prometheus does not
+    record some 90 bucket rates and 15
     quantiles of every replica at every evaluation for panels nobody may open (docs/performance.md,
     "The pack at fleet scale"). A second recorded quantile of one histogram would read its buckets
     twice: record the bucket rate once then, and take both quantiles from it."""
     out = []
     for rname, names in LATENCY_HISTOGRAMS:
-        buckets = "\nor\n".join(f"sum by ({c.per_replica}, le) (rate({n}_bucket{c.selector()}[{c.rate_window}]))"
+        buckets = "\nor\n".join(f"sum by ({c.per_replica}, le) (rate({n}_bucket{c.selector(c.no_sidecar)}[{c.rate_window}]))"
                                  for n in names)
         for q in RECORDED_QUANTILES.get(rname, ()):
-            out.append(Recording(c.rec(rname, "histogram_quantile"), f"histogram_quantile({q},\n{indent(buckets)}\n)",
+            raw = f"histogram_quantile({q},\n{indent(buckets)}\n)"
+            quantile = f'quantile="{q}"'
+            sidecar = f"max by ({c.per_replica}) ({SIDECAR_SUMMARIES[rname]}{c.selector(quantile)})"
+            out.append(Recording(c.rec(rname, "histogram_quantile"), f"{sidecar}\nor on ({c.per_replica})\n{raw}",
                                  {"quantile": q}))
     for rname, names in MEAN_HISTOGRAMS:
         mean = "\nor\n".join(f"{c.rate(n + '_sum')}\n/\n({c.rate(n + '_count')} > 0)" for n in names)

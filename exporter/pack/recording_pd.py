@@ -63,13 +63,15 @@ def names(c: Ctx) -> Dict[str, str]:
 
 
 def _sidecar_or(c: Ctx, sidecar: str, raw: str, *matchers: str) -> str:
-    """The sidecar's series per replica and model where served, else ``raw``."""
+    """The sidecar's series per replica and model where served, else ``raw`` (whose selectors read
+    only pods without the sidecar's target label, ``c.no_sidecar``)."""
     return f"max by ({c.per_replica}) ({sidecar}{c.selector(*matchers)})\nor on ({c.per_replica})\n{raw}"
 
 
 def _raw_rate(c: Ctx, suffix: str, *matchers: str) -> str:
-    """``rate`` of one connector counter, NIXL's name else Mooncake's (the same input)."""
-    return "\nor\n".join(c.rate(f"vllm:{fam}_{suffix}", "", *matchers) for fam in TRANSFER_FAMILIES)
+    """``rate`` of one connector counter, NIXL's name else Mooncake's (the same input), on the pods
+    without a sidecar."""
+    return "\nor\n".join(c.rate(f"vllm:{fam}_{suffix}", "", c.no_sidecar, *matchers) for fam in TRANSFER_FAMILIES)
 
 
 def roles(c: Ctx) -> List[Recording]:
@@ -80,8 +82,8 @@ def roles(c: Ctx) -> List[Recording]:
     given = (f"max by ({r}, role) (vllm_sidecar_role_info{s()})\nor on ({r})\n"
              f"max by ({r}, role) (last_over_time(vllm_sidecar_role_info{s()}[{W}]))")
     # asleep (1 - awake) plus one more where all was discarded: level 1 or 2, as the sidecar says
-    raw_sleep = (f"1 - min by ({by}) (vllm:engine_sleep_state{s(AWAKE)})\n"
-                 f"+ on ({by})\nmax by ({by}) (vllm:engine_sleep_state{s(DISCARDED)})")
+    raw_sleep = (f"1 - min by ({by}) (vllm:engine_sleep_state{s(AWAKE, c.no_sidecar)})\n"
+                 f"+ on ({by})\nmax by ({by}) (vllm:engine_sleep_state{s(DISCARDED, c.no_sidecar)})")
     return [
         # 1 per replica and model, with the role its sidecar was given; "both" without one
         Recording(n["role"],
@@ -104,10 +106,11 @@ def kv_transfer(c: Ctx) -> List[Recording]:
     src = 'source="{}"'
     ext = c.rate("vllm:prompt_tokens_by_source_total", "", src.format("external_kv_transfer"))
     local = c.rate("vllm:prompt_tokens_by_source_total", "", src.format("local_compute"))
-    every = c.rate("vllm:prompt_tokens_by_source_total")
-    buckets = "\nor\n".join(f"sum by ({by}, le) (rate(vllm:{fam}_xfer_time_seconds_bucket{s()}[{W}]))"
+    every = c.rate("vllm:prompt_tokens_by_source_total", "", c.no_sidecar)
+    ext_raw = c.rate("vllm:prompt_tokens_by_source_total", "", src.format("external_kv_transfer"), c.no_sidecar)
+    buckets = "\nor\n".join(f"sum by ({by}, le) (rate(vllm:{fam}_xfer_time_seconds_bucket{s(c.no_sidecar)}[{W}]))"
                             for fam in TRANSFER_FAMILIES)
-    fetch_raw = f"sum by ({by}) (vllm:num_requests_kv_fetch_by_stage{s()})"
+    fetch_raw = f"sum by ({by}) (vllm:num_requests_kv_fetch_by_stage{s(c.no_sidecar)})"
     return [
         Recording(n["transfers"], _sidecar_or(c, "vllm_sidecar_kv_transfers_per_second",
                                               _raw_rate(c, "xfer_time_seconds_count"))),
@@ -131,11 +134,12 @@ def kv_transfer(c: Ctx) -> List[Recording]:
         Recording(n["expired_share"],
                   f"{n['expired']}\n/ on ({by})\n({c.rate('vllm:request_prompt_tokens_count')} > 0)"),
         Recording(n["after_expiry"], _sidecar_or(c, "vllm_sidecar_kv_notifications_after_expiry_per_second",
-                                                 c.rate("vllm:nixl_num_notifications_after_expiry_total"))),
+                                                 c.rate("vllm:nixl_num_notifications_after_expiry_total", "",
+                                                        c.no_sidecar))),
         Recording(n["fetch_waiting"],
                   f"sum by ({by}) (vllm_sidecar_requests_waiting_kv_fetch{s()})\nor on ({by})\n{fetch_raw}"),
         Recording(n["transferred"], _sidecar_or(c, "vllm_sidecar_prompt_tokens_transferred_ratio",
-                                                f"{ext}\n/ on ({by})\n({every} > 0)")),
+                                                f"{ext_raw}\n/ on ({by})\n({every} > 0)")),
         # vLLM's own counter for every pod: no sidecar series tells a local prefix-cache hit (a
         # healthy decode instance's warm cache) from a prompt computed again (a failed transfer)
         Recording(n["recomputed"], f"{local}\n/ on ({by})\n(({local} + on ({by}) {ext}) > 0)"),
@@ -155,14 +159,15 @@ def pd_balance(c: Ctx) -> List[Recording]:
     n = names(c)
     d, cap, kv = c.slo["disaggregation"], c.slo["capacity"], c.slo["kv_cache"]
     role = n["role"]
-    prompt = _sidecar_or(c, "vllm_sidecar_prompt_tokens_per_second", c.rate("vllm:prompt_tokens_total"))
-    output = _sidecar_or(c, "vllm_sidecar_generation_tokens_per_second", c.rate("vllm:generation_tokens_total"))
+    prompt = _sidecar_or(c, "vllm_sidecar_prompt_tokens_per_second", c.rate("vllm:prompt_tokens_total", "", c.no_sidecar))
+    output = _sidecar_or(c, "vllm_sidecar_generation_tokens_per_second",
+                         c.rate("vllm:generation_tokens_total", "", c.no_sidecar))
     # averaged over the rate window: a busy prefill instance always has a request or two waiting
     # for its next step, a saturated one a queue that stays
     waiting = n["waiting"]
     usage = _sidecar_or(c, "vllm_sidecar_kv_cache_usage_ratio",
-                        f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor on ({by})\n"
-                        f"max by ({by}) (vllm:gpu_cache_usage_perc{s()})")
+                        f"max by ({by}) (vllm:kv_cache_usage_perc{s(c.no_sidecar)})\nor on ({by})\n"
+                        f"max by ({by}) (vllm:gpu_cache_usage_perc{s(c.no_sidecar)})")
 
     def per_side(expr: str, side: str) -> str:
         return (f"avg by ({svc}, role) (\n  (\n{indent(expr, 4)}\n  )\n"
@@ -206,14 +211,16 @@ def speculative(c: Ctx) -> List[Recording]:
     by, svc = c.per_replica, c.per_model
     n = names(c)
     w = c.windows
-    accepted = c.rate("vllm:spec_decode_num_accepted_tokens_total")
+    accepted = c.rate("vllm:spec_decode_num_accepted_tokens_total", "", c.no_sidecar)
+    drafted = c.rate("vllm:spec_decode_num_draft_tokens_total", "", c.no_sidecar)
+    drafts = c.rate("vllm:spec_decode_num_drafts_total", "", c.no_sidecar)
     return [
         Recording(n["acceptance"],
                   _sidecar_or(c, "vllm_sidecar_spec_decode_acceptance_ratio",
-                              f"{accepted}\n/ on ({by})\n({c.rate('vllm:spec_decode_num_draft_tokens_total')} > 0)")),
+                              f"{accepted}\n/ on ({by})\n({drafted} > 0)")),
         Recording(n["accepted_length"],
                   _sidecar_or(c, "vllm_sidecar_spec_decode_mean_accepted_length",
-                              f"1 + {accepted}\n/ on ({by})\n({c.rate('vllm:spec_decode_num_drafts_total')} > 0)")),
+                              f"1 + {accepted}\n/ on ({by})\n({drafts} > 0)")),
         Recording(n["m_acceptance"], f"avg by ({svc}) ({n['acceptance']})"),
         Recording(n["acceptance_normal"],
                   f"avg_over_time({n['m_acceptance']}[{w['baseline']}] offset {w['baseline_offset']})"),

@@ -85,6 +85,23 @@ def test_the_capacity_bound_flood_pages_from_raw_vllm_series_alone(naive):
     assert matrix.first_loud(r.scenario, r.naive_tl) is None
 
 
+def test_cells_label_the_vllm_series_of_pods_with_a_sidecar_and_raw_only_cells_none():
+    """A cell as deploy/kubernetes scrapes it: vLLM's series (and its target's up) of a pod with a
+    sidecar carry the SLO's sidecar_target_label, the sidecar's own series never; the same cell
+    without the sidecar carries the label nowhere (pods without a sidecar, read from vLLM)."""
+    label = matrix.SIDECAR_LABEL
+    sc = matrix.scenario_for(Cell("seed-night", 2, 15, "none"), exact=True)
+    marked = {(name, dict(lab).get("pod")) for name, lab in sc.book.series if dict(lab).get(label) == "true"}
+    vllm = {(name, dict(lab).get("pod")) for name, lab in sc.book.series if name.startswith("vllm:")}
+    side = [name for name, lab in sc.book.series if name.startswith("vllm_sidecar_") and label in dict(lab)]
+    assert label and vllm and vllm <= marked and not side
+    assert {pod for _, pod in marked} == {dict(lab)["pod"] for name, lab in sc.book.series
+                                          if name.startswith("vllm_sidecar_")}
+    raw = matrix.without_sidecar(sc)
+    assert not [k for k in raw.book.series if label in dict(k[1])]
+    assert {(n, dict(lab).get("pod")) for n, lab in raw.book.series if n.startswith("vllm:")} == vllm
+
+
 def test_two_overloads_an_hour_apart_stay_two_episodes(naive):
     r = matrix.evaluate(Cell("chronic-overload", 1, 30, "none"), RULES, naive, exact=True)
     kv = [t for t in r.pack_tl.tracks if t.alert == "VLLMKVCacheExhausted"]

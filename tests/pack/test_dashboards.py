@@ -291,7 +291,7 @@ def test_the_lora_panels_get_data_from_real_lora_pages(tmp_path):
 OTHER_SLO = """
 replica_labels: [cluster, namespace, pod]
 runbook_base_url: https://runbooks.example.org/vllm
-windows: {rate: 3m, sustain: 90s}
+windows: {rate: 3m, sustain: 90s, sidecar: 45s}
 objectives: {ttft_mean_seconds: 1.25, ttft_p95_seconds: 2.75, output_tokens_per_second: 40, availability: 0.9975}
 kv_cache: {warn: 0.82, critical: 0.93}
 long_prompt: {tokens: 6000, min_per_second: 0.07}
@@ -376,7 +376,9 @@ def test_nothing_of_the_default_slo_survives_another_slo(tmp_path):
                     if "vllm_availability_errors" in rec:  # the burn rates: the windows of this SLO's pairs
                         assert re.search(r":ratio_rate(10m|45m|2h|12h)$", rec), f"{where}: {rec}"
                     elif re.search(r":(rate|ratio_rate|histogram_quantile|mean)\w+$", rec):
-                        assert rec.endswith("3m"), f"{where}: {rec} is not named after the 3m window"
+                        # the rules' rate window, or the sidecar's for the sidecar's own figures
+                        window = "45s" if ":vllm_sidecar_" in rec else "3m"
+                        assert rec.endswith(window), f"{where}: {rec} is not named after the {window} window"
                 assert 'k8s_cluster=~"$cluster"' in t["expr"], f"{where}: no cluster filter"
             for link in p.get("links", []):
                 assert link["url"].startswith("https://runbooks.example.org/vllm/") or \

@@ -23,6 +23,9 @@ def test_each_pod_is_its_own_target_with_its_own_labels():
         targets = [sc["targets"][0] for sc in job["static_configs"]]
         labels = [(sc["labels"]["namespace"], sc["labels"]["pod"]) for sc in job["static_configs"]]
         assert len(set(targets)) == len(set(labels)) == 12
+        # vLLM's targets carry the sidecar label the deploy monitors write (every pod here has a sidecar)
+        marked = {sc["labels"].get(bp.SIDECAR_LABEL) for sc in job["static_configs"]}
+        assert marked == ({"true"} if job["job_name"] == "vllm" else {None})
 
 
 def test_a_pods_pages_parse_and_advance():

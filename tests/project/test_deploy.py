@@ -295,6 +295,34 @@ def test_pod_monitor_scrapes_vllm_and_the_sidecar(rendered):
     assert {p["name"] for p in svc["spec"]["ports"]} == {e["port"] for e in sm["spec"]["endpoints"]}
 
 
+def test_vllm_targets_of_pods_with_the_sidecar_carry_the_slos_sidecar_label(rendered):
+    """Every pod template with the sidecar container says so (the annotation), and every monitor's
+    vLLM endpoint turns that annotation into the SLO's sidecar_target_label, the label the pack's raw
+    path leaves out: a pod with a sidecar is read through it, a pod without one from vLLM's series."""
+    from exporter.slo import defaults
+
+    label = defaults()["sidecar_target_label"]
+    meta = "__meta_kubernetes_pod_annotation_vllm_sidecar_exporter_io_sidecar"
+    for name, docs in rendered.items():
+        for dep in by_kind(docs, "Deployment"):
+            tmpl = dep["spec"]["template"]
+            has_sidecar = any(c["name"] == "sidecar" for c in tmpl["spec"]["containers"])
+            said = tmpl["metadata"].get("annotations", {}).get("vllm-sidecar-exporter.io/sidecar")
+            assert said == ("true" if has_sidecar else None), (name, dep["metadata"]["name"])
+        for mon in by_kind(docs, "PodMonitor") + by_kind(docs, "ServiceMonitor"):
+            endpoints = mon["spec"].get("podMetricsEndpoints") or mon["spec"]["endpoints"]
+            for ep in endpoints:
+                relabel = [r for r in ep.get("relabelings", []) if r.get("targetLabel") == label]
+                if ep["port"] == "http":  # vLLM's
+                    assert relabel == [{"sourceLabels": [meta], "regex": "true", "targetLabel": label,
+                                        "replacement": "true", "action": "replace"}], (name, mon["kind"])
+                else:  # the sidecar's own series never carry it
+                    assert relabel == [], (name, mon["kind"])
+    compose = yaml.safe_load((ROOT / "deploy/compose/prometheus/prometheus.yml").read_text())
+    labels = {j["job_name"]: j["static_configs"][0]["labels"] for j in compose["scrape_configs"]}
+    assert labels["vllm"][label] == "true" and label not in labels["vllm-sidecar"]
+
+
 # -- kube-prometheus-stack: does its Prometheus pick the objects up? ---------------------------------
 
 MONITORING = ("PodMonitor", "ServiceMonitor", "PrometheusRule")

@@ -18,7 +18,8 @@ def alerts(c: Ctx) -> List[Alert]:
               f"{c.rec('vllm_time_to_first_token_seconds', 'histogram_quantile')}{{quantile=\"0.95\"}} > {o['ttft_p95_seconds']}",
               "warning",
               f"TTFT p95 above {o['ttft_p95_seconds']:g}s on {who} ({c.model})",
-              f"Time to first token p95 over {W} is {{{{ $value | humanizeDuration }}}}, above the "
+              f"Time to first token p95 is {{{{ $value | humanizeDuration }}}} (the sidecar's, over "
+              f"{c.windows['sidecar']}; from vLLM's buckets over {W} on a pod without one), above the "
               f"{o['ttft_p95_seconds']:g}s objective."),
         Alert("VLLMTTFTMeanHigh",
               f"{c.rec('vllm_time_to_first_token_seconds', 'mean')} > {o['ttft_mean_seconds']}",

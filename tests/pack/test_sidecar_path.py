@@ -1,0 +1,89 @@
+"""The sidecar path and the raw path, evaluated by promtool (Prometheus' rule engine) on the
+committed rule file: a pod whose vLLM target carries the SLO's ``sidecar_target_label`` (what the
+deploy monitors write for a pod with the sidecar) is read through its sidecar, and vLLM's raw series
+are read only for pods without the label; a pod without the label is read from vLLM's series, with
+or without a sidecar beside it (a deployment that does not label its targets stays right)."""
+
+import pytest
+
+from exporter.slo import defaults
+from promseries import expect, fmt_series, histogram, prompts_series, run_promtool, series, sidecar_labels, vllm_labels
+
+pytestmark = pytest.mark.prometheus
+
+LABEL = defaults()["sidecar_target_label"]
+N = 20
+TTFT = "namespace_pod_model:vllm_time_to_first_token_seconds:histogram_quantile5m"
+LONG = "namespace_pod_model:vllm_long_prompt_requests:rate5m"
+OUT = {"namespace": "llm", "model_name": "llama-70b"}
+
+
+def slow_ttft(labels):
+    """vLLM's buckets: every request at 4 s, so p95 from the buckets is 2.5 + 2.5 x 0.95 = 4.875 s."""
+    return histogram("vllm:time_to_first_token_seconds", labels, N, lambda m: [4.0] * 60)
+
+
+def sidecar_p95(pod, value):
+    return series("vllm_sidecar_ttft_seconds", sidecar_labels(pod, model_name="llama-70b", quantile="0.95"),
+                  [value] * (N + 1))
+
+
+def sample(name, pod, value, **extra):
+    return {"labels": fmt_series(name, {**OUT, "pod": pod, **extra}), "value": value}
+
+
+def test_promtool_labelled_pods_are_read_through_the_sidecar_and_the_raw_path_only_without_it(tmp_path):
+    """Four pods, vLLM's buckets saying 4.875 s on each: ``side`` (labelled, its sidecar says 0.5 s)
+    records the sidecar's 0.5; ``plain`` (no label, no sidecar) records the buckets' 4.875;
+    ``unlabelled`` (a sidecar saying 0.5 s, but its target not labelled) records the sidecar's 0.5 as
+    well (the sidecar's figure first, the raw one read for it too); ``orphan`` (labelled, no sidecar
+    series) records nothing: the raw path leaves a labelled pod out. The raw long-prompt rate (the
+    sidecar serves its own) is recorded for the unlabelled pods only."""
+    side, plain = vllm_labels(pod="side", **{LABEL: "true"}), vllm_labels(pod="plain")
+    unlabelled, orphan = vllm_labels(pod="unlabelled"), vllm_labels(pod="orphan", **{LABEL: "true"})
+    inputs = []
+    for lab in (side, plain, unlabelled, orphan):
+        inputs += slow_ttft(lab)
+        inputs += prompts_series(N, lambda m: 60, lambda m: 30, lab)
+    inputs += [sidecar_p95("side", 0.5), sidecar_p95("unlabelled", 0.5)]
+    q = {"quantile": "0.95"}
+    case = {"interval": "1m", "input_series": inputs, "promql_expr_test": [
+        {"expr": TTFT, "eval_time": "15m", "exp_samples": [
+            sample(TTFT, "side", 0.5, **q), sample(TTFT, "plain", 4.875, **q), sample(TTFT, "unlabelled", 0.5, **q)]},
+        {"expr": LONG, "eval_time": "15m", "exp_samples": [sample(LONG, "plain", 0.5), sample(LONG, "unlabelled", 0.5)]},
+    ]}
+    r = run_promtool(tmp_path, [case], alerts=None)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_promtool_ttft_alert_reads_the_sidecars_quantile_on_a_labelled_pod(tmp_path):
+    """The TTFT objective's alert on a pod with the sidecar: the sidecar's p95 at 4 s fires it (vLLM's
+    own buckets, at 0.3 s, are not read for the pod), and a labelled pod whose sidecar says 0.3 s
+    stays quiet although its buckets say 4.875 s."""
+    hot, cold = vllm_labels(pod="hot", **{LABEL: "true"}), vllm_labels(pod="cold", **{LABEL: "true"})
+    inputs = histogram("vllm:time_to_first_token_seconds", hot, N, lambda m: [0.3] * 60) + slow_ttft(cold)
+    inputs += [sidecar_p95("hot", 4.0), sidecar_p95("cold", 0.3)]
+    case = {"interval": "1m", "input_series": inputs, "alert_rule_test": [
+        {"eval_time": "15m", "alertname": "VLLMTTFTHigh",
+         "exp_alerts": [expect("VLLMTTFTHigh", {**OUT, "pod": "hot", "quantile": "0.95"}, "4s")]}]}
+    r = run_promtool(tmp_path, [case], alerts=["VLLMTTFTHigh"])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_promtool_long_prompt_surge_on_a_labelled_pod_comes_from_the_sidecar_alone(tmp_path):
+    """A labelled pod whose sidecar sees a surge warns from the sidecar's figures; its raw rate is
+    not recorded, so a raw surge the sidecar does not see (its own threshold is exact) adds nothing."""
+    lab = vllm_labels(pod="side", **{LABEL: "true"})
+    inputs = prompts_series(N, lambda m: 60, lambda m: 30, lab)
+    s = sidecar_labels("side", model_name="llama-70b")
+    inputs += [series("vllm_sidecar_long_prompt_requests_per_second", s, [0.0] * 5 + [0.5] * (N - 4)),
+               series("vllm_sidecar_long_prompt_request_ratio", s, [0.0] * 5 + [0.5] * (N - 4)),
+               series("vllm:num_requests_running", lab, [4] * (N + 1))]
+    surge = "namespace_pod_model:vllm_sidecar_long_prompt_requests:above_normal_rate1m"
+    raw = "namespace_pod_model:vllm_long_prompt_requests:above_normal_rate5m"
+    case = {"interval": "1m", "input_series": inputs, "promql_expr_test": [
+        {"expr": surge, "eval_time": "10m", "exp_samples": [sample(surge, "side", 0.5)]},
+        {"expr": raw, "eval_time": "10m", "exp_samples": []},
+    ]}
+    r = run_promtool(tmp_path, [case], alerts=None)
+    assert r.returncode == 0, r.stdout + r.stderr
