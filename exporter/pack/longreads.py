@@ -7,7 +7,8 @@ rewrites each such read (``max_over_time``, ``min_over_time``, ``avg_over_time``
 recorded aggregate over ``windows.history_step`` (one hour: 120 samples per evaluation), taken
 over the long window at that step (a subquery: one point per hour, 336 for 14 days):
 
-- ``max``/``min``: the maximum of the hourly maxima, and of the current hour's: the same maximum
+- ``max``/``min``: the maximum of the hourly maxima, and of the current hour's (``both``: each
+  read once): the same maximum
   over a window between the long one and one step longer (the subquery's first hour starts up to
   a step before the window);
 - ``sum``: the sum of the hourly sums at each step, plus the current hour's sum, so that the window
@@ -35,6 +36,7 @@ from .recorded import Recording
 # a recorded series (a name with colons) and its matchers, if any
 SERIES = r"([A-Za-z_][\w]*:[\w:]*)(\{[^{}]*\})?"
 QUANTILE = re.compile(r"\bquantile_over_time\(([\d.]+), " + SERIES + r"\[(\w+)\](?: offset (\w+))?\)")
+PART = "longread_part"  # the label ``both`` tells its two sides apart with, dropped again
 READ = re.compile(r"\b(max|min|avg|sum)_over_time\(" + SERIES + r"\[(\w+)\](?: offset (\w+))?\)")
 
 
@@ -49,6 +51,14 @@ def exact(slo: Dict) -> Dict:
 def step_name(series: str, fn: str, step: str) -> str:
     """The hourly aggregate's name: ``level:metric:op`` -> ``level:metric:op_max_over_time1h``."""
     return f"{series}_{fn}_over_time{step}"
+
+
+def both(fn: str, steps: str, current: str) -> str:
+    """``fn`` (max, min, sum) of the steps' figure and the current step's, series by series, where
+    either or both exist. Each side is read once: the two are told apart by a label (``PART``) that
+    the aggregation drops again (``(a > b) or b or a`` would evaluate the subquery twice)."""
+    return (f"{fn} without ({PART}) (\n  label_replace({steps}, \"{PART}\", \"steps\", \"\", \"\")\n  or\n"
+            f"  label_replace({current}, \"{PART}\", \"current\", \"\", \"\")\n)")
 
 
 def coarsen(rules: Sequence[Recording], windows: Dict[str, str]) -> List[Recording]:
@@ -78,13 +88,11 @@ def coarsen(rules: Sequence[Recording], windows: Dict[str, str]) -> List[Recordi
         sub = f"[{window}:{step}]{off}"
         if fn in ("max", "min"):
             agg = aggregate(series, fn, matchers)
-            cmp = ">" if fn == "max" else "<"
-            cur = f"{agg}{off}"
-            return f"({fn}_over_time({agg}{sub}) {cmp} {cur}\nor {cur}\nor {fn}_over_time({agg}{sub}))"
+            return both(fn, f"{fn}_over_time({agg}{sub})", f"{agg}{off}")
+
         def total(agg: str) -> str:
             # the whole steps, and the current step's aggregate: the window reaches now (or the offset)
-            steps, cur = f"sum_over_time({agg}{sub})", f"{agg}{off}"
-            return f"({steps} + {cur}\nor {cur}\nor {steps})"
+            return both("sum", f"sum_over_time({agg}{sub})", f"{agg}{off}")
 
         if fn == "sum":
             return total(aggregate(series, "sum", matchers))

@@ -76,8 +76,11 @@ def test_the_ceiling_is_the_uncontended_batch_or_the_operators_max_num_seqs():
         "namespace_pod_model:vllm_requests_running:sum\nunless on (cluster, namespace, pod, model_name)\n")
     hourly = "namespace_model:vllm_requests_running_uncontended:max_max_over_time1h"
     assert learned[hourly] == "max_over_time(namespace_model:vllm_requests_running_uncontended:max[1h])"
-    assert learned["namespace_model:vllm_batch_ceiling:max"] == \
-        f"(max_over_time({hourly}[1d:1h]) > {hourly}\nor {hourly}\nor max_over_time({hourly}[1d:1h]))"
+    # the day's hourly maxima and this hour's, each read once (longreads.both)
+    part = '"longread_part"'
+    assert learned["namespace_model:vllm_batch_ceiling:max"] == (
+        f"max without (longread_part) (\n  label_replace(max_over_time({hourly}[1d:1h]), {part}, \"steps\", \"\", \"\")"
+        f"\n  or\n  label_replace({hourly}, {part}, \"current\", \"\", \"\")\n)")
     slo = load_slo(None)
     slo["kv_cache"]["max_num_seqs"] = 20
     assert rules(slo)["namespace_model:vllm_batch_ceiling:max"].endswith("* 0 + 20")
@@ -157,4 +160,28 @@ def test_promtool_the_sustainable_figure_keeps_the_best_of_replicas_long_gone(tm
          (38, sustainable, [{"labels": out, "value": 9}]),
          (38, best, [{"labels": fmt_series(best, pod), "value": 2}])])
     r = run_promtool(tmp_path, [case], rules_path=rules)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.prometheus
+def test_promtool_a_long_read_takes_the_steps_and_the_current_step_each_once(tmp_path):
+    """``longreads.both`` in Prometheus' engine: the max, min and sum of the steps' figure and the
+    current step's, series by series, where both exist, where only the steps' does (a model whose
+    series stopped this hour) and where only the current one does (a model seen for the first time);
+    the label that tells the sides apart never reaches the result."""
+    from exporter.pack.longreads import both
+
+    steps, cur = "x_steps", "x_current"
+    lab = {m: {"model_name": m} for m in ("both", "gone", "new")}
+    inputs = [series(steps, lab["both"], [4] * 5), series(cur, lab["both"], [7] * 5),
+              series(steps, lab["gone"], [6] * 5), series(cur, lab["new"], [2] * 5)]
+    name = lambda m: fmt_series("", lab[m]).lstrip()  # noqa: E731 - labels only: an aggregation drops the name
+
+    def checks(fn, want):
+        return [(3, both(fn, steps, cur), [{"labels": name(m), "value": v} for m, v in want.items()])]
+
+    case = _expr_case(inputs, checks("max", {"both": 7, "gone": 6, "new": 2})
+                      + checks("min", {"both": 4, "gone": 6, "new": 2})
+                      + checks("sum", {"both": 11, "gone": 6, "new": 2}), minutes=4)
+    r = run_promtool(tmp_path, [case])
     assert r.returncode == 0, r.stdout + r.stderr
