@@ -515,6 +515,11 @@ def validate_slo(slo: Dict[str, Any]) -> Dict[str, Any]:
         _set(slo, path, check(value, path))
     if slo["kv_cache"]["critical"] < slo["kv_cache"]["warn"]:
         raise ConfigError("kv_cache.critical: must not be below kv_cache.warn")
+    taken = set(slo["replica_labels"]) | set(slo["outer_labels"]) | {"job", "instance", "engine"}
+    if slo["sidecar_target_label"] in taken:
+        # the raw path reads only series where this label is empty: one every series has empties nothing
+        raise ConfigError(f"sidecar_target_label: {slo['sidecar_target_label']} already names targets or replicas; "
+                          "give a label of its own (e.g. vllm_sidecar)")
     alerts = slo.get("alerts")
     if not isinstance(alerts, dict):
         raise ConfigError("alerts: expected a mapping of alert rules to their settings")

@@ -231,7 +231,8 @@ def latency(c: Ctx) -> List[Recording]:
 
     The TTFT p95 per replica (``RECORDED_QUANTILES``: the SLO's TTFT objective is a p95, read by the
     alerts, the peer comparison, ``capacity`` and ``backtest``) is the sidecar's where the pod has
-    one (its summary over the sidecar's window, ``SIDECAR_SUMMARIES``), else taken straight from
+    one (its summary over the sidecar's window, ``SIDECAR_SUMMARIES``, the last one within the rate
+    window: a minute without a finished request has none), else taken straight from
     vLLM's buckets of the pods without a sidecar (``Ctx.no_sidecar``). Nothing else reads a latency
     quantile at every evaluation: the dashboards take theirs (p50, p95, p99 of TTFT, ITL, end-to-end
     latency and queue time) from the same buckets when they are looked at, so a Prometheus does not
@@ -246,7 +247,10 @@ def latency(c: Ctx) -> List[Recording]:
         for q in RECORDED_QUANTILES.get(rname, ()):
             raw = f"histogram_quantile({q},\n{indent(buckets)}\n)"
             quantile = f'quantile="{q}"'
-            sidecar = f"max by ({c.per_replica}) ({SIDECAR_SUMMARIES[rname]}{c.selector(quantile)})"
+            # the sidecar's last figure within the rate window: it serves none for a window without a
+            # finished request, and an idle minute of a quiet replica is not the end of a slow spell
+            sidecar = (f"max by ({c.per_replica}) (last_over_time({SIDECAR_SUMMARIES[rname]}{c.selector(quantile)}"
+                       f"[{c.rate_window}]))")
             out.append(Recording(c.rec(rname, "histogram_quantile"), f"{sidecar}\nor on ({c.per_replica})\n{raw}",
                                  {"quantile": q}))
     for rname, names in MEAN_HISTOGRAMS:

@@ -95,6 +95,8 @@ def test_cells_label_the_vllm_series_of_pods_with_a_sidecar_and_raw_only_cells_n
     vllm = {(name, dict(lab).get("pod")) for name, lab in sc.book.series if name.startswith("vllm:")}
     side = [name for name, lab in sc.book.series if name.startswith("vllm_sidecar_") and label in dict(lab)]
     assert label and vllm and vllm <= marked and not side
+    ups = {(dict(lab).get("job", ""), dict(lab).get(label)) for name, lab in sc.book.series if name == "up"}
+    assert ups and all((value == "true") != job.endswith("sidecar") for job, value in ups), ups
     assert {pod for _, pod in marked} == {dict(lab)["pod"] for name, lab in sc.book.series
                                           if name.startswith("vllm_sidecar_")}
     raw = matrix.without_sidecar(sc)

@@ -57,12 +57,20 @@ def test_promtool_labelled_pods_are_read_through_the_sidecar_and_the_raw_path_on
 
 
 def test_promtool_ttft_alert_reads_the_sidecars_quantile_on_a_labelled_pod(tmp_path):
-    """The TTFT objective's alert on a pod with the sidecar: the sidecar's p95 at 4 s fires it (vLLM's
-    own buckets, at 0.3 s, are not read for the pod), and a labelled pod whose sidecar says 0.3 s
-    stays quiet although its buckets say 4.875 s."""
+    """The TTFT objective's alert on pods with the sidecar: ``hot``'s sidecar p95 at 4 s fires it
+    (its own buckets, at 0.3 s, are not read), through two minutes without a finished request (the
+    sidecar serves no quantile then; its last one within the rate window holds); ``cold``, whose
+    sidecar says 0.3 s, stays quiet although its buckets say 4.875 s; ``orphan`` (labelled, no
+    sidecar series, buckets at 4.875 s) stays quiet: its buckets are not read."""
     hot, cold = vllm_labels(pod="hot", **{LABEL: "true"}), vllm_labels(pod="cold", **{LABEL: "true"})
+    orphan = vllm_labels(pod="orphan", **{LABEL: "true"})
     inputs = histogram("vllm:time_to_first_token_seconds", hot, N, lambda m: [0.3] * 60) + slow_ttft(cold)
-    inputs += [sidecar_p95("hot", 4.0), sidecar_p95("cold", 0.3)]
+    inputs += slow_ttft(orphan)
+    # the page leaves the series out at minutes 9-10: Prometheus marks it stale at its next scrape
+    idle = series("vllm_sidecar_ttft_seconds", sidecar_labels("hot", model_name="llama-70b", quantile="0.95"),
+                  [None if m in (9, 10) else 4.0 for m in range(N + 1)])
+    idle["values"] = " ".join("stale" if m == 9 else v for m, v in enumerate(idle["values"].split()))
+    inputs += [idle, sidecar_p95("cold", 0.3)]
     case = {"interval": "1m", "input_series": inputs, "alert_rule_test": [
         {"eval_time": "15m", "alertname": "VLLMTTFTHigh",
          "exp_alerts": [expect("VLLMTTFTHigh", {**OUT, "pod": "hot", "quantile": "0.95"}, "4s")]}]}
@@ -70,20 +78,28 @@ def test_promtool_ttft_alert_reads_the_sidecars_quantile_on_a_labelled_pod(tmp_p
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_promtool_long_prompt_surge_on_a_labelled_pod_comes_from_the_sidecar_alone(tmp_path):
-    """A labelled pod whose sidecar sees a surge warns from the sidecar's figures; its raw rate is
-    not recorded, so a raw surge the sidecar does not see (its own threshold is exact) adds nothing."""
-    lab = vllm_labels(pod="side", **{LABEL: "true"})
-    inputs = prompts_series(N, lambda m: 60, lambda m: 30, lab)
-    s = sidecar_labels("side", model_name="llama-70b")
-    inputs += [series("vllm_sidecar_long_prompt_requests_per_second", s, [0.0] * 5 + [0.5] * (N - 4)),
-               series("vllm_sidecar_long_prompt_request_ratio", s, [0.0] * 5 + [0.5] * (N - 4)),
-               series("vllm:num_requests_running", lab, [4] * (N + 1))]
-    surge = "namespace_pod_model:vllm_sidecar_long_prompt_requests:above_normal_rate1m"
-    raw = "namespace_pod_model:vllm_long_prompt_requests:above_normal_rate5m"
-    case = {"interval": "1m", "input_series": inputs, "promql_expr_test": [
-        {"expr": surge, "eval_time": "10m", "exp_samples": [sample(surge, "side", 0.5)]},
-        {"expr": raw, "eval_time": "10m", "exp_samples": []},
-    ]}
-    r = run_promtool(tmp_path, [case], alerts=None)
+def test_promtool_long_prompt_surge_reads_the_sidecar_where_a_pod_has_one(tmp_path):
+    """Long prompts at half of 60 requests a minute on three pods. ``side`` (labelled, its sidecar
+    seeing the surge) warns from the sidecar's rate; ``unlabelled`` (a sidecar that sees nothing: its
+    threshold is exact, vLLM's bucket coarser) stays quiet although its raw rate, read since its
+    target is not labelled, surges: the raw path is for pods without a sidecar; ``plain`` (no sidecar)
+    warns from vLLM's buckets. The raw rate of the labelled pod is never recorded."""
+    side, unlabelled, plain = (vllm_labels(pod="side", **{LABEL: "true"}), vllm_labels(pod="unlabelled"),
+                               vllm_labels(pod="plain"))
+    inputs = []
+    for lab in (side, unlabelled, plain):
+        inputs += prompts_series(N, lambda m: 60, lambda m: 30, lab)
+        inputs.append(series("vllm:num_requests_running", lab, [4] * (N + 1)))
+    for pod, rate in (("side", 0.5), ("unlabelled", 0.0)):
+        s = sidecar_labels(pod, model_name="llama-70b")
+        inputs += [series("vllm_sidecar_long_prompt_requests_per_second", s, [rate] * (N + 1)),
+                   series("vllm_sidecar_long_prompt_request_ratio", s, [rate] * (N + 1))]
+    raw = "namespace_pod_model:vllm_long_prompt_requests:rate5m"
+    case = {"interval": "1m", "input_series": inputs,
+            "promql_expr_test": [{"expr": raw, "eval_time": "10m", "exp_samples": [
+                sample(raw, "unlabelled", 0.5), sample(raw, "plain", 0.5)]}],
+            "alert_rule_test": [{"eval_time": "10m", "alertname": "VLLMLongPromptSurge", "exp_alerts": [
+                expect("VLLMLongPromptSurge", {**OUT, "pod": "side"}, "500m", evidence=["50%", "none"]),
+                expect("VLLMLongPromptSurge", {**OUT, "pod": "plain"}, "500m", evidence=["50%", "none"])]}]}
+    r = run_promtool(tmp_path, [case], alerts=["VLLMLongPromptSurge"])
     assert r.returncode == 0, r.stdout + r.stderr

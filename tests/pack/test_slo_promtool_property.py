@@ -204,6 +204,9 @@ def test_near_misses_that_are_fine_render_rules_promtool_accepts(tmp_path):
     ({"runbook_base_url": "https://x/{{"}, 'runbook_base_url: "https://x/{{": a template action'),
     ({"replica_labels": ["pod", "pod"]}, "replica_labels: a label is listed twice"),
     ({"replica_labels": ["le"]}, "replica_labels: le cannot identify a replica"),
+    ({"sidecar_target_label": "pod"}, "sidecar_target_label: pod already names targets or replicas"),
+    ({"sidecar_target_label": "instance"}, "sidecar_target_label: instance already names targets or replicas"),
+    ({"sidecar_target_label": "has-dash"}, "sidecar_target_label: expected a label name"),
 ])
 def test_a_bad_value_is_refused_in_one_line_naming_the_key(tmp_path, doc, message):
     f = tmp_path / "slo.yaml"

@@ -74,3 +74,13 @@ def test_a_recorded_series_that_needs_history_is_filled_in_per_level():
     assert bp.level_label_sets("namespace_model:x:y", pods) == [{"namespace": "a", "model_name": "m"},
                                                                 {"namespace": "a", "model_name": "n"}]
     assert len(bp.level_label_sets("namespace_pod_model:x:y", pods)) == 5
+
+
+def test_the_backfilled_past_holds_nothing_back():
+    """The made-up past of a recorded series: no request held back, nobody waiting, every boolean
+    signal off, so the alerts that read a long window fire on the live fleet's trouble only."""
+    for name in ("namespace_pod_model:vllm_requests_held_back:avg_over_time2m",
+                 "namespace_pod_model:vllm_requests_held_back_firm:bool",
+                 "namespace_pod_model:vllm_requests_waiting:sum"):
+        assert {bp._series_value(name, name + "{pod=\"a\"}", t) for t in range(0, 86400, 3600)} == {0.0}
+    assert bp._series_value("namespace_model:vllm_generation_tokens:rate5m", "k", 0.0) > 0

@@ -46,8 +46,9 @@ def alerts(c: Ctx) -> List[Alert]:
               f"recomputation), KV thrashing, or a sick GPU. Compare with its peers."),
         Alert("VLLMEngineStalled",
               f"(\n  max by ({by}) (vllm_sidecar_engine_stalled{s()}) == 1\n  or\n"
-              f"  {c.rec('vllm_requests_running', 'sum')} > 0\n  and on ({by})\n"
-              f"  sum by ({by}) (rate(vllm:generation_tokens_total{s()}[{S2}])) == 0\n)\n"
+              f"  {c.rec('vllm_requests_running', 'sum')} > 0\n"
+              f"  and on ({by}) sum by ({by}) (rate(vllm:generation_tokens_total{s(c.no_sidecar)}[{S2}])) == 0\n"
+              f"  unless on ({by}) vllm_sidecar_engine_stalled{s()}\n)\n"
               f"unless on ({by}) {asleep}",
               "critical",
               f"vLLM engine stalled on {who} ({c.model})",
