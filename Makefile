@@ -44,7 +44,7 @@ top: $(VPY)
 
 # the virtualenv's bin first on PATH: its kubectl and console script are the ones the tests run
 test: $(VPY) deps
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(VPY) -m pytest -q -ra -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VPY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # the live performance checks on the real CPU vLLM (capacity read from a live load ramp, the gate
 # on live `vllm bench serve` runs): their figures depend on the machine's load, so make test leaves

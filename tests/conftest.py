@@ -16,19 +16,6 @@ FIXTURES = ROOT / "tests" / "fixtures"
 VLLM_PAGES = FIXTURES / "vllm"
 
 
-# The two tests that take minutes each (the real CPU vLLM end to end; a real Prometheus behind the
-# postmortem) are collected first, so that the parallel run (make test: -n 3) starts them at once
-# on two workers while the third works through the rest, instead of starting them whenever their
-# folder comes up and ending the run minutes after everything else. An order, not a selection.
-LONGEST_FIRST = ("tests/e2e/test_real_vllm.py::test_real_vllm_end_to_end",
-                 "tests/analysis/test_postmortem_prometheus.py::test_the_prometheus_column_is_what_prometheus_had")
-
-
-def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: LONGEST_FIRST.index(item.nodeid) if item.nodeid in LONGEST_FIRST
-               else len(LONGEST_FIRST))
-
-
 def page(name: str) -> str:
     return (VLLM_PAGES / name).read_text()
 

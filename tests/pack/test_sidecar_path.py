@@ -80,10 +80,11 @@ def test_promtool_ttft_alert_reads_the_sidecars_quantile_on_a_labelled_pod(tmp_p
 
 def test_promtool_long_prompt_surge_reads_the_sidecar_where_a_pod_has_one(tmp_path):
     """Long prompts at half of 60 requests a minute on three pods. ``side`` (labelled, its sidecar
-    seeing the surge) warns from the sidecar's rate; ``unlabelled`` (a sidecar that sees nothing: its
-    threshold is exact, vLLM's bucket coarser) stays quiet although its raw rate, read since its
-    target is not labelled, surges: the raw path is for pods without a sidecar; ``plain`` (no sidecar)
-    warns from vLLM's buckets. The raw rate of the labelled pod is never recorded."""
+    seeing the surge) warns from the sidecar's rate, and its raw rate is never recorded; ``plain`` (no
+    sidecar) warns from vLLM's buckets; ``unlabelled`` (a sidecar that sees no surge: its threshold is
+    exact and its floor is per minute, vLLM's bucket coarser and its floor per 5 minutes) warns from
+    its raw rate, read since its target is not labelled: where both are read, the raw path warns
+    where the sidecar sees no surge (a slow sustained surge under the sidecar's per-minute floor)."""
     side, unlabelled, plain = (vllm_labels(pod="side", **{LABEL: "true"}), vllm_labels(pod="unlabelled"),
                                vllm_labels(pod="plain"))
     inputs = []
@@ -100,6 +101,7 @@ def test_promtool_long_prompt_surge_reads_the_sidecar_where_a_pod_has_one(tmp_pa
                 sample(raw, "unlabelled", 0.5), sample(raw, "plain", 0.5)]}],
             "alert_rule_test": [{"eval_time": "10m", "alertname": "VLLMLongPromptSurge", "exp_alerts": [
                 expect("VLLMLongPromptSurge", {**OUT, "pod": "side"}, "500m", evidence=["50%", "none"]),
+                expect("VLLMLongPromptSurge", {**OUT, "pod": "unlabelled"}, "500m", evidence=["0%", "none"]),
                 expect("VLLMLongPromptSurge", {**OUT, "pod": "plain"}, "500m", evidence=["50%", "none"])]}]}
     r = run_promtool(tmp_path, [case], alerts=["VLLMLongPromptSurge"])
     assert r.returncode == 0, r.stdout + r.stderr
