@@ -185,7 +185,7 @@ def prompts_and_cache(c: Ctx) -> List[Recording]:
     long_rate = c.rec("vllm_long_prompt_requests", "rate")
     return [
         # the raw path of the long-prompt rate: pods without a sidecar (the sidecar serves its own,
-        # conditions.inputs; the alert reads this one only where that one is absent)
+        # conditions.inputs; on an unlabelled target the alert reads this one where that one sees no surge)
         Recording(long_rate, f"{c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)}\n-\n"
                              f"{c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher, c.no_sidecar)}"),
         Recording(c.rec("vllm_long_prompt_requests", "ratio_rate"),
@@ -236,10 +236,10 @@ def latency(c: Ctx) -> List[Recording]:
     vLLM's buckets of the pods without a sidecar (``Ctx.no_sidecar``). Nothing else reads a latency
     quantile at every evaluation: the dashboards take theirs (p50, p95, p99 of TTFT, ITL, end-to-end
     latency and queue time) from the same buckets when they are looked at, so a Prometheus does not
-    record some 90 bucket rates and 15
-    quantiles of every replica at every evaluation for panels nobody may open (docs/performance.md,
-    "The pack at fleet scale"). A second recorded quantile of one histogram would read its buckets
-    twice: record the bucket rate once then, and take both quantiles from it."""
+    record some 90 bucket rates and 15 quantiles of every replica at every evaluation for panels
+    nobody may open (docs/performance.md, "The pack at fleet scale"). A second recorded quantile of
+    one histogram would read its buckets twice: record the bucket rate once then, and take both
+    quantiles from it."""
     out = []
     for rname, names in LATENCY_HISTOGRAMS:
         buckets = "\nor\n".join(f"sum by ({c.per_replica}, le) (rate({n}_bucket{c.selector(c.no_sidecar)}[{c.rate_window}]))"
