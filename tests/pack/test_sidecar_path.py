@@ -79,8 +79,10 @@ def test_promtool_ttft_alert_reads_the_sidecars_quantile_on_a_labelled_pod(tmp_p
 
 
 def test_promtool_long_prompt_surge_reads_the_sidecar_where_a_pod_has_one(tmp_path):
-    """Long prompts at half of 60 requests a minute on three pods. ``side`` (labelled, its sidecar
-    seeing the surge) warns from the sidecar's rate, and its raw rate is never recorded; ``plain`` (no
+    """Long prompts at half of 60 requests a minute on three pods, none on four more of the model's
+    (so it normally gets none: a peer median of 0, with the labelled pods counted as peers). ``side`` (labelled, its sidecar
+    seeing the surge) warns from the sidecar's rate, and vLLM's buckets are not read for it (its
+    5-minute rate is the sidecar's averaged); ``plain`` (no
     sidecar) warns from vLLM's buckets; ``unlabelled`` (a sidecar that sees no surge: its threshold is
     exact and its floor is per minute, vLLM's bucket coarser and its floor per 5 minutes) warns from
     its raw rate, read since its target is not labelled: where both are read, the raw path warns
@@ -91,17 +93,48 @@ def test_promtool_long_prompt_surge_reads_the_sidecar_where_a_pod_has_one(tmp_pa
     for lab in (side, unlabelled, plain):
         inputs += prompts_series(N, lambda m: 60, lambda m: 30, lab)
         inputs.append(series("vllm:num_requests_running", lab, [4] * (N + 1)))
-    for pod, rate in (("side", 0.5), ("unlabelled", 0.0)):
+    quiet = [f"quiet{i}" for i in range(4)]  # labelled, no long prompt: the model's replicas normally get none
+    for pod in quiet:
+        lab = vllm_labels(pod=pod, **{LABEL: "true"})
+        inputs += prompts_series(N, lambda m: 60, lambda m: 0, lab)
+        inputs.append(series("vllm:num_requests_running", lab, [4] * (N + 1)))
+    for pod, rate in [("side", 0.5), ("unlabelled", 0.0)] + [(q, 0.0) for q in quiet]:
         s = sidecar_labels(pod, model_name="llama-70b")
         inputs += [series("vllm_sidecar_long_prompt_requests_per_second", s, [rate] * (N + 1)),
                    series("vllm_sidecar_long_prompt_request_ratio", s, [rate] * (N + 1))]
     raw = "namespace_pod_model:vllm_long_prompt_requests:rate5m"
     case = {"interval": "1m", "input_series": inputs,
             "promql_expr_test": [{"expr": raw, "eval_time": "10m", "exp_samples": [
-                sample(raw, "unlabelled", 0.5), sample(raw, "plain", 0.5)]}],
+                sample(raw, "side", 0.5), sample(raw, "unlabelled", 0.5), sample(raw, "plain", 0.5)]
+                + [sample(raw, q, 0.0) for q in quiet]}],
             "alert_rule_test": [{"eval_time": "10m", "alertname": "VLLMLongPromptSurge", "exp_alerts": [
-                expect("VLLMLongPromptSurge", {**OUT, "pod": "side"}, "500m", evidence=["50%", "none"]),
-                expect("VLLMLongPromptSurge", {**OUT, "pod": "unlabelled"}, "500m", evidence=["0%", "none"]),
-                expect("VLLMLongPromptSurge", {**OUT, "pod": "plain"}, "500m", evidence=["50%", "none"])]}]}
+                expect("VLLMLongPromptSurge", {**OUT, "pod": "side"}, "500m", evidence=["50%", "0"]),
+                expect("VLLMLongPromptSurge", {**OUT, "pod": "unlabelled"}, "500m", evidence=["0%", "0"]),
+                expect("VLLMLongPromptSurge", {**OUT, "pod": "plain"}, "500m", evidence=["50%", "0"])]}]}
+    r = run_promtool(tmp_path, [case], alerts=["VLLMLongPromptSurge"])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_promtool_slow_sustained_surge_warns_on_a_labelled_pod_over_five_minutes(tmp_path):
+    """A labelled pod's sidecar sees 4.5 long prompts a minute of 20 requests (0.075/s, 22 %) for
+    ten minutes: under the sidecar's 1-minute floor (min_count 6 a minute, 0.1/s), so its 1-minute
+    path stays quiet, but over the rules' five minutes it clears min_per_second (0.05/s) and, with
+    nothing to compare with, floor_share (15 %): ``slow`` warns from the sidecar's rate averaged over
+    five minutes, its value that average. vLLM's buckets, which count no long prompt, are not read
+    for it. ``burst`` (the same rate for two minutes, then none) averages 0.03/s over five minutes
+    and stays quiet."""
+    inputs = []
+    for pod, live in (("slow", range(N + 1)), ("burst", (8, 9))):
+        lab = vllm_labels(pod=pod, **{LABEL: "true"})
+        inputs += prompts_series(N, lambda m: 20, lambda m: 0, lab)
+        inputs.append(series("vllm:num_requests_running", lab, [4] * (N + 1)))
+        s = sidecar_labels(pod, model_name="llama-70b")
+        inputs += [series("vllm_sidecar_long_prompt_requests_per_second", s,
+                          [0.075 if m in live else 0.0 for m in range(N + 1)]),
+                   series("vllm_sidecar_long_prompt_request_ratio", s,
+                          [0.225 if m in live else 0.0 for m in range(N + 1)])]
+    case = {"interval": "1m", "input_series": inputs,
+            "alert_rule_test": [{"eval_time": "10m", "alertname": "VLLMLongPromptSurge", "exp_alerts": [
+                expect("VLLMLongPromptSurge", {**OUT, "pod": "slow"}, "75m", evidence=["22.5%", "none"])]}]}
     r = run_promtool(tmp_path, [case], alerts=["VLLMLongPromptSurge"])
     assert r.returncode == 0, r.stdout + r.stderr

@@ -65,7 +65,7 @@ def alerts(c: Ctx) -> List[Alert]:
               "batch, work is recomputed and latency suffers."),
         Alert("VLLMLongPromptSurge",
               f"{n['sidecar_long_surge']} > {floor(c.windows['sidecar']):g}\nor\n"
-              f"({n['long_surge']} unless on ({by}) {n['sidecar_long_surge']}) > {floor(c.rate_window):g}",
+              f"{n['long_surge']} > {floor(c.rate_window):g}",
               "warning",
               f"Surge of prompts over {lp['tokens']:g} tokens on {who} ({c.model})",
               f"{{{{ $value | humanize }}}} long prompts per second (over {lp['tokens']:g} tokens, vLLM bucket "
