@@ -183,22 +183,13 @@ def prompts_and_cache(c: Ctx) -> List[Recording]:
     by = c.per_replica
     le_matcher = 'le="' + le_for(c.slo["long_prompt"]["tokens"]) + '"'
     long_rate = c.rec("vllm_long_prompt_requests", "rate")
-
-    def sidecar_avg(metric: str) -> str:
-        return f"max by ({by}) (avg_over_time({metric}{c.selector()}[{c.rate_window}]))"
-
     return [
-        # the long-prompt rate over windows.rate, the alert's slower path beside the sidecar's
-        # 1-minute one (conditions.inputs): a sustained surge under the sidecar's per-minute floor
-        # still counts over five minutes. From vLLM's buckets on pods without a sidecar (the raw
-        # path), else the sidecar's own rate averaged over the window (its threshold is
-        # long_prompt.tokens exactly, the buckets' the bound at or above it)
-        Recording(long_rate, f"(\n  {c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)}\n  -\n"
-                             f"  {c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher, c.no_sidecar)}\n)\n"
-                             f"or\n{sidecar_avg('vllm_sidecar_long_prompt_requests_per_second')}"),
+        # the raw path of the long-prompt rate: pods without a sidecar (the sidecar serves its own,
+        # conditions.inputs, read over its 1-minute window and averaged over windows.rate)
+        Recording(long_rate, f"{c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)}\n-\n"
+                             f"{c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher, c.no_sidecar)}"),
         Recording(c.rec("vllm_long_prompt_requests", "ratio_rate"),
-                  f"(\n  {long_rate}\n  / on ({by})\n  ({c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)} > 0)\n)\n"
-                  f"or\n{sidecar_avg('vllm_sidecar_long_prompt_request_ratio')}"),
+                  f"{long_rate}\n/ on ({by})\n({c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)} > 0)"),
         Recording(c.rec("vllm_prefix_cache_hit", "ratio_rate"),
                   f"(\n  {c.rate('vllm:prefix_cache_hits_total')}\n  /\n"
                   f"  ({c.rate('vllm:prefix_cache_queries_total')} > 0)\n)\nor\n"
@@ -226,6 +217,9 @@ def fleet_normal(c: Ctx) -> List[Recording]:
         # the rules' is vLLM's bucket bound at or above it: each is compared with its own kind)
         Recording(c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"),
                   f"avg by ({g}) {c.with_role(n['sidecar_long'])}"),
+        # ... and its 5-minute average (the slower path's normal)
+        Recording(c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "rate"),
+                  f"avg by ({g}) {c.with_role(n['sidecar_long_slow'])}"),
         Recording(c.mrec("vllm_generation_tokens_per_busy_replica", "rate"),
                   f"avg by ({g}) (\n  {c.with_role(c.rec('vllm_generation_tokens', 'rate'))}\n  and on ({c.per_pod})\n"
                   f"  ({n['gpu_busy']} >= {busy})\n)"),

@@ -15,6 +15,7 @@ LABEL = defaults()["sidecar_target_label"]
 N = 20
 TTFT = "namespace_pod_model:vllm_time_to_first_token_seconds:histogram_quantile5m"
 LONG = "namespace_pod_model:vllm_long_prompt_requests:rate5m"
+SIDECAR_LONG = "namespace_pod_model:vllm_sidecar_long_prompt_requests:rate5m"
 OUT = {"namespace": "llm", "model_name": "llama-70b"}
 
 
@@ -37,20 +38,24 @@ def test_promtool_labelled_pods_are_read_through_the_sidecar_and_the_raw_path_on
     records the sidecar's 0.5; ``plain`` (no label, no sidecar) records the buckets' 4.875;
     ``unlabelled`` (a sidecar saying 0.5 s, but its target not labelled) records the sidecar's 0.5 as
     well (the sidecar's figure first, the raw one read for it too); ``orphan`` (labelled, no sidecar
-    series) records nothing: the raw path leaves a labelled pod out. The raw long-prompt rate (the
-    sidecar serves its own) is recorded for the unlabelled pods only."""
+    series) records nothing: the raw path leaves a labelled pod out. The raw long-prompt rate is
+    recorded for the unlabelled pods only, although ``side``'s sidecar serves a rate of its own (0.2,
+    recorded as the sidecar's 5-minute rate, beside the buckets' 0.5 of the others)."""
     side, plain = vllm_labels(pod="side", **{LABEL: "true"}), vllm_labels(pod="plain")
     unlabelled, orphan = vllm_labels(pod="unlabelled"), vllm_labels(pod="orphan", **{LABEL: "true"})
     inputs = []
     for lab in (side, plain, unlabelled, orphan):
         inputs += slow_ttft(lab)
         inputs += prompts_series(N, lambda m: 60, lambda m: 30, lab)
-    inputs += [sidecar_p95("side", 0.5), sidecar_p95("unlabelled", 0.5)]
+    inputs += [sidecar_p95("side", 0.5), sidecar_p95("unlabelled", 0.5),
+               series("vllm_sidecar_long_prompt_requests_per_second", sidecar_labels("side", model_name="llama-70b"),
+                      [0.2] * (N + 1))]
     q = {"quantile": "0.95"}
     case = {"interval": "1m", "input_series": inputs, "promql_expr_test": [
         {"expr": TTFT, "eval_time": "15m", "exp_samples": [
             sample(TTFT, "side", 0.5, **q), sample(TTFT, "plain", 4.875, **q), sample(TTFT, "unlabelled", 0.5, **q)]},
         {"expr": LONG, "eval_time": "15m", "exp_samples": [sample(LONG, "plain", 0.5), sample(LONG, "unlabelled", 0.5)]},
+        {"expr": SIDECAR_LONG, "eval_time": "15m", "exp_samples": [sample(SIDECAR_LONG, "side", 0.2)]},
     ]}
     r = run_promtool(tmp_path, [case], alerts=None)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -79,38 +84,30 @@ def test_promtool_ttft_alert_reads_the_sidecars_quantile_on_a_labelled_pod(tmp_p
 
 
 def test_promtool_long_prompt_surge_reads_the_sidecar_where_a_pod_has_one(tmp_path):
-    """Long prompts at half of 60 requests a minute on three pods, none on four more of the model's
-    (so it normally gets none: a peer median of 0, with the labelled pods counted as peers). ``side`` (labelled, its sidecar
-    seeing the surge) warns from the sidecar's rate, and vLLM's buckets are not read for it (its
-    5-minute rate is the sidecar's averaged); ``plain`` (no
+    """Long prompts at half of 60 requests a minute on three pods. ``side`` (labelled, its sidecar
+    seeing 0.4/s) warns from the sidecar's rate, and its raw rate is never recorded; ``plain`` (no
     sidecar) warns from vLLM's buckets; ``unlabelled`` (a sidecar that sees no surge: its threshold is
     exact and its floor is per minute, vLLM's bucket coarser and its floor per 5 minutes) warns from
     its raw rate, read since its target is not labelled: where both are read, the raw path warns
-    where the sidecar sees no surge (a slow sustained surge under the sidecar's per-minute floor)."""
+    where the sidecar sees no surge."""
     side, unlabelled, plain = (vllm_labels(pod="side", **{LABEL: "true"}), vllm_labels(pod="unlabelled"),
                                vllm_labels(pod="plain"))
     inputs = []
     for lab in (side, unlabelled, plain):
         inputs += prompts_series(N, lambda m: 60, lambda m: 30, lab)
         inputs.append(series("vllm:num_requests_running", lab, [4] * (N + 1)))
-    quiet = [f"quiet{i}" for i in range(4)]  # labelled, no long prompt: the model's replicas normally get none
-    for pod in quiet:
-        lab = vllm_labels(pod=pod, **{LABEL: "true"})
-        inputs += prompts_series(N, lambda m: 60, lambda m: 0, lab)
-        inputs.append(series("vllm:num_requests_running", lab, [4] * (N + 1)))
-    for pod, rate in [("side", 0.5), ("unlabelled", 0.0)] + [(q, 0.0) for q in quiet]:
+    for pod, rate in (("side", 0.4), ("unlabelled", 0.0)):
         s = sidecar_labels(pod, model_name="llama-70b")
         inputs += [series("vllm_sidecar_long_prompt_requests_per_second", s, [rate] * (N + 1)),
                    series("vllm_sidecar_long_prompt_request_ratio", s, [rate] * (N + 1))]
     raw = "namespace_pod_model:vllm_long_prompt_requests:rate5m"
     case = {"interval": "1m", "input_series": inputs,
             "promql_expr_test": [{"expr": raw, "eval_time": "10m", "exp_samples": [
-                sample(raw, "side", 0.5), sample(raw, "unlabelled", 0.5), sample(raw, "plain", 0.5)]
-                + [sample(raw, q, 0.0) for q in quiet]}],
+                sample(raw, "unlabelled", 0.5), sample(raw, "plain", 0.5)]}],
             "alert_rule_test": [{"eval_time": "10m", "alertname": "VLLMLongPromptSurge", "exp_alerts": [
-                expect("VLLMLongPromptSurge", {**OUT, "pod": "side"}, "500m", evidence=["50%", "0"]),
-                expect("VLLMLongPromptSurge", {**OUT, "pod": "unlabelled"}, "500m", evidence=["0%", "0"]),
-                expect("VLLMLongPromptSurge", {**OUT, "pod": "plain"}, "500m", evidence=["50%", "0"])]}]}
+                expect("VLLMLongPromptSurge", {**OUT, "pod": "side"}, "400m", evidence=["40%", "none"]),
+                expect("VLLMLongPromptSurge", {**OUT, "pod": "unlabelled"}, "500m", evidence=["0%", "none"]),
+                expect("VLLMLongPromptSurge", {**OUT, "pod": "plain"}, "500m", evidence=["50%", "none"])]}]}
     r = run_promtool(tmp_path, [case], alerts=["VLLMLongPromptSurge"])
     assert r.returncode == 0, r.stdout + r.stderr
 

@@ -65,11 +65,13 @@ def alerts(c: Ctx) -> List[Alert]:
               "batch, work is recomputed and latency suffers."),
         Alert("VLLMLongPromptSurge",
               f"{n['sidecar_long_surge']} > {floor(c.windows['sidecar']):g}\nor\n"
+              f"{n['sidecar_long_surge_slow']} > {floor(c.rate_window):g}\nor\n"
               f"{n['long_surge']} > {floor(c.rate_window):g}",
               "warning",
               f"Surge of prompts over {lp['tokens']:g} tokens on {who} ({c.model})",
-              f"{{{{ $value | humanize }}}} long prompts per second (over {lp['tokens']:g} tokens, vLLM bucket "
-              f"le={le_for(lp['tokens'])}), {c.show(ratio, 'humanizePercentage')} of its requests; a replica of "
+              f"{{{{ $value | humanize }}}} long prompts per second (over {lp['tokens']:g} tokens; vLLM's bucket "
+              f"le={le_for(lp['tokens'])} on a pod without the sidecar), {c.show(ratio, 'humanizePercentage')} "
+              f"of its requests; a replica of "
               f"this model and role normally gets {c.show(normal)} per second. It warns above "
               f"{lp['surge_factor']:g}x that (with nothing to compare with yet, at {lp['floor_share']:.0%} of the "
               f"requests). Long prompts fill the KV cache and stall everyone else's first token: find the "
