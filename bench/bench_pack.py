@@ -45,6 +45,11 @@ rule the samples its expression reads (an instant query with ``stats=all``: Prom
 ``totalQueryableSamples``, a count that does not depend on how busy the machine is). Times do;
 the report gives the load average beside them.
 
+Then, with the fleet and every Prometheus stopped, the low-noise figures (``--quiet-repeat``
+times, 10 by default; ``bench/bench_rule_cost.py``): each rule file's expressions asked of one
+quiet Prometheus over the data its instance stored, beside the naive rules over the same data,
+and the series each rule's selectors select (what a rule's time follows).
+
 Every process started here is stopped by its process group at the end, also on failure or
 Ctrl-C. Not a test: nothing asserts. The fleet is in ``bench/pack_fleet.py``.
 """
@@ -501,6 +506,10 @@ def measure_run(scrape_s: float, args, say) -> dict:
         for inst in instances:
             result["instances"][inst.name] = instance_result(inst, pollers[inst.name], before[inst.name],
                                                              after[inst.name], elapsed, pods)
+        for p in reversed(procs):
+            p.stop()
+        if args.quiet_repeat:
+            result["quiet"] = quiet_figures(work, instances, args.quiet_repeat, say)
         return result
     finally:
         for p in reversed(procs):
@@ -509,6 +518,21 @@ def measure_run(scrape_s: float, args, say) -> dict:
             shutil.rmtree(work, ignore_errors=True)
         else:
             say(f"  kept {work}")
+
+
+def quiet_figures(work: Path, instances: List[Instance], repeat: int, say) -> Dict[str, dict]:
+    """With everything stopped: each rule file's expressions asked of one quiet Prometheus over
+    the data its instance stored, beside the naive rules over the same data
+    (``bench/bench_rule_cost.py``): the low-noise figures of the rules' cost."""
+    from bench.bench_rule_cost import quiet_costs
+
+    out = {}
+    for inst in instances:
+        if inst.name in ("none", "naive"):
+            continue
+        say(f"  quiet: {inst.name}'s and the naive rules over {inst.name}'s data, {repeat} times each")
+        out[inst.name] = quiet_costs(work / inst.name / "data", {"naive": NAIVE, inst.name: inst.rule_files[0]}, repeat)
+    return out
 
 
 def instance_result(inst: Instance, poller: RulePoller, before, after, elapsed: float, pods: List[dict]) -> dict:
@@ -639,18 +663,33 @@ def report(res: dict, say) -> None:
         say("  Alerts at the end: " + (", ".join(f"{k} {v}" for k, v in sorted(r["alerts"].items())) or "none") + ".")
         if r.get("rule_errors"):
             say(f"  RULE ERRORS: {r['rule_errors']}")
+    quiet = res.get("quiet") or {}
+    for name, q in quiet.items():
+        f, nv = q["files"][name], q["files"]["naive"]
+        say(f"\nQuiet, over `{name}`'s stored data (each rule asked {q['repeat']} times of one Prometheus with "
+            f"nothing else running; Prometheus' own `evalTotalTime`, the median: selecting and evaluating, "
+            f"not parsing, writing the results, the alerts' state or their annotations' queries): `{name}` "
+            f"{f['total_ms']:.1f} ms for {len(f['rules'])} rules selecting {f['series']:,} series, the naive rules "
+            f"{nv['total_ms']:.1f} ms selecting {nv['series']:,}: **{f['total_ms'] / nv['total_ms']:.1f}x**.")
     pack = inst["pack"]
+    qp = {x["rule"]: x for x in (quiet.get("pack") or {}).get("files", {}).get("pack", {}).get("rules", [])}
     total_t = sum(x["median_s"] or 0 for x in pack["rules"])
     total_s = _samples_read(pack)
-    say(f"\nThe pack's rules, by samples read (time: the median of {pack.get('group_evals', 0)} evaluations):\n")
-    say("| rule | output series | samples read per evaluation | share | median time, ms | share |")
-    say("| --- | ---: | ---: | ---: | ---: | ---: |")
+    say(f"\nThe pack's rules, by samples read (time: the median of {pack.get('group_evals', 0)} evaluations; "
+        "quiet: as above):\n")
+    say("| rule | output series | samples read per evaluation | share | median time, ms | share | series selected "
+        "| quiet, ms |")
+    say("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for x in sorted(pack["rules"], key=lambda x: (-(x["samples_read"] or 0), -(x["median_s"] or 0))):
+        q = qp.get(x["rule"], {})
         say(f"| `{x['rule']}` | {x.get('series', '')} | {x['samples_read'] or 0:,} | "
             f"{(x['samples_read'] or 0) / max(1, total_s):.1%} | {fmt_ms(x['median_s'])} | "
-            f"{(x['median_s'] or 0) / total_t:.1%} |")
+            f"{(x['median_s'] or 0) / total_t:.1%} | {q.get('series', '–')} | "
+            + (f"{q['ms']:.2f}" if q else "–") + " |")
     pod_level, model_level = _recorded_levels(pack)
-    say(f"| all {len(pack['rules'])} rules | {pod_level + model_level:,} | {total_s:,} | 100 % | {total_t * 1000:.1f} | 100 % |")
+    qf = (quiet.get("pack") or {}).get("files", {}).get("pack")
+    say(f"| all {len(pack['rules'])} rules | {pod_level + model_level:,} | {total_s:,} | 100 % | {total_t * 1000:.1f} | "
+        f"100 % | " + (f"{qf['series']:,} | {qf['total_ms']:.1f}" if qf else "– | –") + " |")
     top = sorted(pack["rules"], key=lambda x: -(x["median_s"] or 0))[:5]
     say("\nFive slowest (median): " + "; ".join(f"`{x['rule']}` {fmt_ms(x['median_s'])} ms" for x in top) + ".")
     for name, r in inst.items():
@@ -696,6 +735,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rules", default=str(PACK))
     ap.add_argument("--variant", action="append", default=[], help="NAME=RULEFILE: one more instance")
     ap.add_argument("--json", default="", help="write every figure to this file")
+    ap.add_argument("--quiet-repeat", type=int, default=10, help="after the run, ask each rule of a quiet "
+                    "Prometheus over the stored data this many times (bench/bench_rule_cost.py; 0: not)")
     ap.add_argument("--keep", default="", help="keep the working directories under this directory")
     ap.add_argument("--report", default="", help="print the report of a --json file and exit")
     ap.add_argument("--write", default="", help="write the report as the section \"" + SECTION[3:] + "\" of this "
