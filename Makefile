@@ -63,7 +63,7 @@ rules: $(VPY)
 docs: $(VPY)
 	$(VPY) -m exporter.runtime.collectors.metric_docs README.md docs/interface.md
 
-# every benchmark (about 37 minutes); the poll loop's and the pack's write their sections of
+# every benchmark (about 41 minutes); the poll loop's and the pack's write their sections of
 # docs/performance.md, the listener's prints its table (its section keeps the analysis of a run)
 bench: $(VPY) deps
 	$(VPY) bench/bench_parser.py
@@ -81,7 +81,8 @@ detection: $(VPY)
 bench-listener: $(VPY)
 	$(VPY) bench/bench_listener.py $(ARGS)
 
-# what the alerting pack costs a real Prometheus scraping 100 simulated pods (about 12 minutes
+# what the alerting pack costs a real Prometheus scraping 100 simulated pods, then each rule asked of a
+# quiet Prometheus over the stored data (about 14 minutes
 # per scrape interval, 15 s and 5 s; ARGS="--scrape 15 --variant before=OLD.rules.yml" compares a change)
 bench-pack: $(VPY) deps
 	$(VPY) bench/bench_pack.py --write docs/performance.md $(ARGS)
