@@ -72,7 +72,11 @@ class Vllm:
         self.vocab = json.loads((model / "vocab-size.json").read_text())["vocab_size"]
 
     def start(self) -> None:
-        env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        # its CPU worker's OpenMP threads on core 0 only: bound to every core (vLLM's "auto") they
+        # spin on both of a 2-core machine, and every other test of the suite ran 10-18x slower
+        # beside them (a 5 s scenario test took 93 s); the worker on one core keeps the test's time
+        env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false",
+               "VLLM_CPU_OMP_THREADS_BIND": "0"}
         self.proc = Process("vllm", [self.py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model),
                                      "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(self.port),
                                      "--max-model-len", "8192", "--dtype", "bfloat16", "--enforce-eager",
