@@ -31,7 +31,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 import urllib.parse
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -40,7 +39,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_pack import Proc, api, get, load_rules, rule_id  # noqa: E402
+from bench.bench_pack import Instance, Proc, _ready, api, get, load_rules, rule_id  # noqa: E402
 from exporter.harness.localstack import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,16 +107,8 @@ def quiet_costs(data: Path, files: Dict[str, Path], repeat: int = 15, at: float 
                                    f"--storage.tsdb.path={work / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
                                    "--storage.tsdb.retention.time=30d", "--storage.tsdb.max-block-duration=2h",
                                    "--log.level=warn"], work / "prometheus.log")
+        _ready([Instance("quiet", [], port=port, proc=proc)], work)  # bench_pack's wait, its WAL replayed
         base = f"http://127.0.0.1:{port}"
-        end = time.monotonic() + 300
-        while True:
-            try:
-                if get(base + "/-/ready", 2):
-                    break
-            except Exception as exc:  # noqa: BLE001 - replaying its WAL
-                if proc.p.poll() is not None or time.monotonic() > end:
-                    raise RuntimeError(f"prometheus did not start: {work / 'prometheus.log'}") from exc
-                time.sleep(0.5)
         at = at or head_max_s(base) - 60
         measure(base, rules, at, 1)  # warm the caches once
         res = measure(base, rules, at, repeat)
