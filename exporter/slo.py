@@ -400,7 +400,6 @@ SCHEMA: Dict[str, Check] = {
     "windows.queue_growth": _duration,
     "windows.hardware_errors": _duration,
     "windows.target_seen": _duration,
-    "windows.target_seen_step": _duration_or_zero,
     "windows.startup": _duration,
     "windows.held_back": _duration,
     "windows.held_back_sparse": _duration,
@@ -561,6 +560,10 @@ def _legacy(data: Dict[str, Any], path: str) -> Dict[str, Any]:
     """Files written for earlier releases: a top-level ``for: {Alert: 5m}`` map is the ``for``
     of each alert rule."""
     data = dict(data)
+    # windows.target_seen_step: the step at which earlier releases looked for a target in its raw
+    # series; the targets that answer are now recorded at every evaluation, and the key means nothing
+    if isinstance(data.get("windows"), dict) and "target_seen_step" in data["windows"]:
+        data["windows"] = {k: v for k, v in data["windows"].items() if k != "target_seen_step"}
     legacy_for = data.pop("for", None)
     if legacy_for is not None:
         if not isinstance(legacy_for, dict):

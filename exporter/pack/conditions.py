@@ -28,8 +28,8 @@ def pod_rec(c: Ctx, metric: str, op: str) -> str:
     return "_".join(c.replica) + f":{metric}:{op}"
 
 
-def target_rec(c: Ctx, metric: str, op: str) -> str:
-    return "_".join(c.replica + ["target"]) + f":{metric}:{op}"
+def target_rec(c: Ctx, metric: str, op: str, *more: str) -> str:
+    return "_".join(c.replica + ["target", *more]) + f":{metric}:{op}"
 
 
 def history_normal(c: Ctx, per_replica_model_rate: str, quantile: float = 0.0) -> str:
@@ -52,6 +52,7 @@ def names(c: Ctx) -> dict:
         "gpu_busy": pod_rec(c, "vllm_sidecar_gpu_mean_utilization_ratio", "max"),
         "uptime": pod_rec(c, "vllm_process_uptime_seconds", "max"),
         "expected_up": pod_rec(c, "vllm_expected_up", "bool"),
+        "targets_present": target_rec(c, "vllm_scrape_target", "present", "job", "instance"),
         "targets_up": target_rec(c, "up", "max_seen" + c.windows["target_seen"]),
         "sidecar_long": c.rec("vllm_sidecar_long_prompt_requests", "rate", sw),
         "sidecar_long_ratio": c.rec("vllm_sidecar_long_prompt_requests", "ratio_rate", sw),
@@ -73,22 +74,36 @@ def names(c: Ctx) -> dict:
     }
 
 
+def by_role(c: Ctx, per_replica: str) -> str:
+    """``per_replica`` with its replica's ``role`` label: the series only compared within a model
+    and role are recorded with it (joined once: the sidecar's long-prompt inputs here in ``inputs``,
+    the tokens per running request in ``recording.kv_and_queue``), every other series is joined here."""
+    n = names(c)
+    labelled = (n["sidecar_long"], n["sidecar_long_slow"], c.rec("vllm_generation_tokens_per_running_request", "rate"))
+    return per_replica if per_replica in labelled else c.with_role(per_replica)
+
+
 def inputs(c: Ctx) -> List[Recording]:
     """Per-replica inputs the comparisons read: the GPUs' mean utilization, the sidecar's
     long-prompt figures, the process's uptime, which targets were seen."""
     n, s, r = names(c), c.selector, c.per_pod
-    step = c.windows["target_seen_step"]
-    seen = c.windows["target_seen"] + (f":{step}" if c.seconds(step) else "")
     read_before = f"max by ({r}) (vllm_sidecar_last_success_timestamp_seconds{s(TVLLM)})"
     sidecar_age = f"time() - max by ({r}) (vllm_sidecar_process_start_time_seconds{s()})"
 
-    def up(series: str, target: str) -> str:
-        return (f"label_replace(\n  max by ({r}) (up{s()} and on ({c.target}) max_over_time({series}{s()}[{seen}])),\n"
+    def present(series: str, target: str) -> str:
+        return (f"label_replace(group by ({c.by_(*c.replica, 'job', 'instance')}) ({series}{s()}), "
+                f"\"target\", \"{target}\", \"\", \"\")")
+
+    def up(target: str) -> str:
+        seen = f"max_over_time({n['targets_present']}{{target=\"{target}\"}}[{c.windows['target_seen']}])"
+        return (f"label_replace(\n  max by ({r}) (up{s()} and on ({c.target}) {seen}),\n"
                 f"  \"target\", \"{target}\", \"\", \"\"\n)")
 
     return [
         Recording(n["gpu_busy"], f"max by ({r}) (vllm_sidecar_gpu_mean_utilization_ratio{s()})"),
-        Recording(n["sidecar_long"], f"max by ({c.per_replica}) (vllm_sidecar_long_prompt_requests_per_second{s()})"),
+        # with the replica's role: every comparison of it is within a model and role
+        Recording(n["sidecar_long"],
+                  c.with_role(f"max by ({c.per_replica}) (vllm_sidecar_long_prompt_requests_per_second{s()})")),
         Recording(n["sidecar_long_ratio"], f"max by ({c.per_replica}) (vllm_sidecar_long_prompt_request_ratio{s()})"),
         # ... averaged over windows.rate: a sustained surge too slow for the sidecar's per-minute
         # floor (fewer than long_prompt.min_count a minute) still counts over five minutes (the
@@ -101,9 +116,13 @@ def inputs(c: Ctx) -> List[Recording]:
         # vLLM is expected to answer this sidecar: it has before, or the startup grace is over (a
         # new pod loading its model is not down)
         Recording(n["expected_up"], f"{read_before}\nor\n({sidecar_age}) > {c.seconds(c.windows['startup']):g}"),
+        # the scrape targets of vLLM and of the sidecar that answer now, one series each, remembered
+        # over windows.target_seen by the next rule (a target answering for less than an
+        # evaluation interval is not seen)
+        Recording(n["targets_present"], f"{present('vllm:num_requests_running', 'vllm')}\nor\n"
+                                        f"{present('vllm_sidecar_build_info', 'sidecar')}"),
         # the scrape targets of vLLM and of the sidecar seen within windows.target_seen (1 up, 0 down)
-        Recording(n["targets_up"], f"{up('vllm:num_requests_running', 'vllm')}\nor\n"
-                                   f"{up('vllm_sidecar_build_info', 'sidecar')}"),
+        Recording(n["targets_up"], f"{up('vllm')}\nor\n{up('sidecar')}"),
     ]
 
 
@@ -118,7 +137,7 @@ def normals(c: Ctx) -> List[Recording]:
     min_replicas = c.slo["outlier"]["min_replicas"]
 
     def long_normal(now: str, per_replica: str) -> str:
-        now = c.with_role(now)
+        now = by_role(c, now)
         peers = f"quantile by ({g}) (0.5, {now})\nand on ({g})\ncount by ({g}) ({now}) >= {min_replicas}"
         return f"{history_normal(c, per_replica, lp['baseline_quantile'])}\nor\n(\n{indent(peers)}\n)"
 
@@ -147,13 +166,13 @@ def comparisons(c: Ctx) -> List[Recording]:
     design), and the chronic-overload hold."""
     n, lp, kv = names(c), c.slo["long_prompt"], c.slo["kv_cache"]
     g, by = c.by_role, c.per_replica
-    speed = c.with_role(c.rec("vllm_generation_tokens_per_running_request", "rate"))
+    speed = by_role(c, c.rec("vllm_generation_tokens_per_running_request", "rate"))
     ttft = c.with_role(f"max without (quantile) ({c.rec('vllm_time_to_first_token_seconds', 'histogram_quantile')}"
                        f"{{quantile=\"0.95\"}})")
     enough = f"count by ({g}) ({speed}) >= {c.slo['outlier']['min_replicas']}"
 
     def surge(now: str, normal: str, ratio: str) -> str:
-        now = c.with_role(now)
+        now = by_role(c, now)
         compared = f"{now}\n> on ({g}) group_left ()\n({lp['surge_factor']} * {normal})"
         floor = (f"{now}\nand on ({by})\n({ratio} >= {lp['floor_share']})\nunless on ({g})\n{normal}\n"
                  f"unless on ({c.per_pod})\n{c.prefill()}")

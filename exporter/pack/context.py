@@ -14,7 +14,7 @@ from .names import Names, grouping, model_labels, outer_labels
 
 # Matchers on vLLM's own label values (not thresholds: these are vLLM's vocabulary)
 ERR = 'finished_reason="error"'
-NOABORT = 'finished_reason!="abort"'
+ABORT = 'finished_reason="abort"'
 CAPACITY = 'reason="capacity"'
 S5XX = 'status="5xx"'
 NOT4XX = 'status!~"4xx"'
@@ -110,6 +110,13 @@ class Ctx:
         """Each replica's role, one series per replica and model with a ``role`` label, from the
         sidecar's ``vllm_sidecar_role_info`` (``recording_pd.roles``); ``both`` where the pod has none."""
         return self.rec("vllm_role", "info")
+
+    @property
+    def replicas(self) -> str:
+        """Every replica and model vLLM served within the rate window, one series each: the role
+        rule's series without their role (read at this evaluation, the role rule running first),
+        where a join needs a pod's model, instead of vLLM's series over the window again."""
+        return f"group without (role) ({self.role})"
 
     @property
     def by_role(self) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 from . import conditions, longreads, recording_pd
-from .context import CAPACITY, ERR, NOABORT, NOT4XX, S5XX, Ctx, indent, le_for
+from .context import ABORT, CAPACITY, ERR, NOT4XX, S5XX, Ctx, indent, le_for
 from .names import LATENCY_HISTOGRAMS
 from .recorded import Recording
 
@@ -30,11 +30,17 @@ RECORDED_QUANTILES: Dict[str, Tuple[str, ...]] = {"vllm_time_to_first_token_seco
 SIDECAR_SUMMARIES: Dict[str, str] = {"vllm_time_to_first_token_seconds": "vllm_sidecar_ttft_seconds"}
 
 
-def finished(c: Ctx, matcher: str = "") -> str:
-    """Finished requests per second of each replica and model (those whose reason matches
-    ``matcher``), from the recorded rate by reason."""
-    sel = "{" + matcher + "}" if matcher else ""
-    return f"sum by ({c.per_replica}) ({c.rec('vllm_requests_finished_by_reason', 'rate')}{sel})"
+def finished(c: Ctx, kind: str = "") -> str:
+    """Finished requests per second of each replica and model: all of them (``kind`` ""), the
+    failed ones (``"errors"``) or all but the clients' aborts (``"valid"``), from the recorded
+    rates of all and of each of the two reasons (a reason vLLM has not counted yet is 0)."""
+    every = c.rec("vllm_requests_finished", "rate")
+    if not kind:
+        return every
+    name = {"errors": c.rec("vllm_request_errors", "rate"), "valid": c.rec("vllm_requests_aborted", "rate")}[kind]
+    if kind == "errors":
+        return f"({name} or {every} * 0)"
+    return f"({every} - on ({c.per_replica}) ({name} or {every} * 0))"
 
 
 def throughput(c: Ctx) -> List[Recording]:
@@ -42,14 +48,15 @@ def throughput(c: Ctx) -> List[Recording]:
     return [
         Recording(c.rec("vllm_generation_tokens", "rate"), c.rate("vllm:generation_tokens_total")),
         Recording(c.rec("vllm_prompt_tokens", "rate"), c.rate("vllm:prompt_tokens_total")),
-        # finished requests by reason, read once per evaluation; every count of finished requests
-        # below (all, errors, all but aborts) sums this one
-        Recording(c.rec("vllm_requests_finished_by_reason", "rate"),
-                  f"sum by ({c.per_replica}, finished_reason) (rate(vllm:request_success_total{c.selector()}[{c.rate_window}]))"),
-        Recording(c.rec("vllm_requests_finished", "rate"), finished(c)),
+        # finished requests, all of them and those of the two reasons every count below needs
+        # (errors; aborts, which are the clients' and left out of the valid ones): vLLM's counter
+        # read once each, the per-reason ones one series a replica
+        Recording(c.rec("vllm_requests_finished", "rate"), c.rate("vllm:request_success_total")),
+        Recording(c.rec("vllm_request_errors", "rate"), c.rate("vllm:request_success_total", "", ERR)),
+        Recording(c.rec("vllm_requests_aborted", "rate"), c.rate("vllm:request_success_total", "", ABORT)),
         # vLLM creates labelled series lazily on some releases: no "error" series means no error yet
         Recording(c.rec("vllm_request_errors", "ratio_rate"),
-                  f"(\n  {finished(c, ERR)}\n  or\n  {finished(c)} * 0\n)\n/\n({finished(c, NOABORT)} > 0)"),
+                  f"{finished(c, 'errors')}\n/ on ({c.per_replica})\n({finished(c, 'valid')} > 0)"),
         Recording(c.rec("vllm_preemptions", "rate"), c.rate("vllm:num_preemptions_total")),
         # over the sustain window too: "preempting at every evaluation" is read from this one
         Recording(c.rec("vllm_preemptions", "rate", c.sustain_window), c.rate("vllm:num_preemptions_total", c.sustain_window)),
@@ -105,13 +112,17 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     wait_share = c.rec("vllm_requests_waiting_capacity", "share")
     cap_firm = c.rec("vllm_requests_waiting_capacity_firm", "sum")
 
+    extra = c.rec("vllm_requests_preempted_or_rejected", "sum")
+
     def held_back_bool(share: str) -> str:
-        return (f"clamp_max(\n  {share}\n"
-                f"  + on ({by})\n  (\n    ({c.rec('vllm_preemptions', 'rate', c.sustain_window)} > bool 0)\n"
-                f"    * on ({by})\n    (max_over_time({wait_share}[{c.windows['held_back']}]) >= bool "
-                f"{kv['held_back_share']})\n    or on ({by})\n    {wait_share} * 0\n  )\n"
-                f"  + on ({by})\n  (({c.rec('vllm_admission_rejections', 'rate')} > bool 0) or on ({by}) {wait_share} * 0),\n"
-                f"  1\n)")
+        return f"clamp_max(\n  {share}\n  + on ({by})\n  {extra},\n  1\n)"
+
+    # preempting while the waits reached kv_cache.held_back_share in windows.held_back, plus
+    # rejecting requests: 0, 1 or 2, what both held-back signals add to their waits
+    extra_expr = (f"(\n  ({c.rec('vllm_preemptions', 'rate', c.sustain_window)} > bool 0)\n"
+                  f"  * on ({by})\n  (max_over_time({wait_share}[{c.windows['held_back']}]) >= bool "
+                  f"{kv['held_back_share']})\n  or on ({by})\n  {wait_share} * 0\n)\n"
+                  f"+ on ({by})\n(({c.rec('vllm_admission_rejections', 'rate')} > bool 0) or on ({by}) {wait_share} * 0)")
     return [
         Recording(usage,
                   f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor\nmax by ({by}) (vllm:gpu_cache_usage_perc{s()})"),
@@ -119,9 +130,10 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         Recording(waiting, f"sum by ({by}) (vllm:num_requests_waiting{s()})"),
         # per running request: what a replica's decoding speed is, whatever share of the traffic it gets
         # (a replica with less traffic has fewer running requests, not slower ones)
+        # (with the replica's role: it is compared with its peers of the same model and role only)
         Recording(c.rec("vllm_generation_tokens_per_running_request", "rate"),
-                  f"{c.rec('vllm_generation_tokens', 'rate')}\n/ on ({c.per_replica})\n"
-                  f"(avg_over_time({c.rec('vllm_requests_running', 'sum')}[{c.rate_window}]) > 0)"),
+                  c.with_role(f"{c.rec('vllm_generation_tokens', 'rate')}\n/ on ({c.per_replica})\n"
+                              f"(avg_over_time({c.rec('vllm_requests_running', 'sum')}[{c.rate_window}]) > 0)")),
         # waiting for scheduling capacity, KV or batch: vLLM's reason, else (old releases) every waiting request
         Recording(reason, f"{by_reason}\nor\n{waiting}"),
         # the batch while nothing waits for capacity: what the traffic asked for, never a held-back batch
@@ -152,6 +164,7 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         # polls and waves of a sustained hold-back they fill in, but a burst of them on a busy
         # replica whose waits are brief spells (the sidecar: a few % of its polls) pages nothing:
         # that is the preemption warning's business
+        Recording(extra, extra_expr),
         Recording(c.rec("vllm_requests_held_back", "bool"), held_back_bool(wait_share)),
         # the same from the waits only the batch's room explains (the sidecar's share where it has it)
         Recording(c.rec("vllm_requests_held_back_firm", "bool"),
@@ -216,10 +229,10 @@ def fleet_normal(c: Ctx) -> List[Recording]:
         # the same from the sidecars' own windows (their threshold is long_prompt.tokens exactly,
         # the rules' is vLLM's bucket bound at or above it: each is compared with its own kind)
         Recording(c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"),
-                  f"avg by ({g}) {c.with_role(n['sidecar_long'])}"),
+                  f"avg by ({g}) ({conditions.by_role(c, n['sidecar_long'])})"),
         # ... and its 5-minute average (the slower path's normal)
         Recording(c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "rate"),
-                  f"avg by ({g}) {c.with_role(n['sidecar_long_slow'])}"),
+                  f"avg by ({g}) ({conditions.by_role(c, n['sidecar_long_slow'])})"),
         Recording(c.mrec("vllm_generation_tokens_per_busy_replica", "rate"),
                   f"avg by ({g}) (\n  {c.with_role(c.rec('vllm_generation_tokens', 'rate'))}\n  and on ({c.per_pod})\n"
                   f"  ({n['gpu_busy']} >= {busy})\n)"),
@@ -282,7 +295,7 @@ def burn_windows(slo) -> List[str]:
 def _model_of(c: Ctx) -> str:
     """Which model each replica serves, for series without model_name (the HTTP server's); kept
     for a rate window after the replica is gone, so its last answers still count."""
-    return f"group by ({c.per_pod}, model_name) (last_over_time(vllm:num_requests_running{c.selector()}[{c.rate_window}]))"
+    return c.replicas
 
 
 def _http(c: Ctx, status: str) -> str:
@@ -293,7 +306,7 @@ def _http(c: Ctx, status: str) -> str:
 
 def availability_errors(c: Ctx) -> str:
     """Failed requests per second of one replica, per the SLO's availability SLI."""
-    engine = finished(c, ERR)
+    engine = c.rec("vllm_request_errors", "rate")
     zero = f"{finished(c)} * 0"  # no error series yet: no error yet
     sli = c.slo["availability_sli"]
     if sli == "engine":
@@ -311,7 +324,7 @@ def availability_requests(c: Ctx) -> str:
     """Valid requests per second of one replica: HTTP answers except 4xx (aborts and the
     clients' own mistakes are not the service's), else the engine's finished requests except
     aborts."""
-    engine = finished(c, NOABORT)
+    engine = finished(c, "valid")
     if c.slo["availability_sli"] == "engine":
         return engine
     return f"(\n{indent(_http(c, NOT4XX))}\n)\nor\n{engine}"

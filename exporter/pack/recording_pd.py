@@ -169,9 +169,11 @@ def pd_balance(c: Ctx) -> List[Recording]:
                         f"max by ({by}) (vllm:kv_cache_usage_perc{s(c.no_sidecar)})\nor on ({by})\n"
                         f"max by ({by}) (vllm:gpu_cache_usage_perc{s(c.no_sidecar)})")
 
-    def per_side(expr: str, side: str) -> str:
+    def per_side(expr: str, side: str = "") -> str:
+        """``expr`` averaged per model over the awake instances of one side (both sides: ``side`` "")."""
+        sides = f'role="{side}"' if side else 'role=~"' + "|".join(SIDES) + '"'
         return (f"avg by ({svc}, role) (\n  (\n{indent(expr, 4)}\n  )\n"
-                f"  * on ({by}) group_left (role)\n  ({role}{{role=\"{side}\"}} unless on ({by}) {n['asleep']})\n)")
+                f"  * on ({by}) group_left (role)\n  ({role}{{{sides}}} unless on ({by}) {n['asleep']})\n)")
 
     def side_capacity(side: str) -> str:
         planned = cap[f"{side}_tokens_per_second"]
@@ -189,8 +191,9 @@ def pd_balance(c: Ctx) -> List[Recording]:
         Recording(waiting,
                   f"sum by ({by}) (avg_over_time(vllm:num_requests_waiting_by_reason{s(CAPACITY_WAIT)}[{c.rate_window}]))\n"
                   f"or on ({by})\nsum by ({by}) (avg_over_time(vllm:num_requests_waiting{s()}[{c.rate_window}]))"),
-        Recording(n["side_waiting"], f"{per_side(waiting, 'prefill')}\nor\n{per_side(waiting, 'decode')}"),
-        Recording(n["side_kv"], f"{per_side(usage, 'prefill')}\nor\n{per_side(usage, 'decode')}"),
+        # ... the same figure for both sides, each side's instances averaged (read once)
+        Recording(n["side_waiting"], per_side(waiting)),
+        Recording(n["side_kv"], per_side(usage)),
         # the side's requests waiting per instance, where at least disaggregation.saturated_waiting
         Recording(n["side_saturated"], f"{n['side_waiting']} >= {d['saturated_waiting']}"),
         # what one instance carried while its side was saturated: its capacity, learned

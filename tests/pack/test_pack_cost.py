@@ -44,14 +44,43 @@ def test_long_windows_read_per_model_series_only():
     assert any(n.startswith("namespace_model:vllm_requests_running_uncontended:max") for n in reads)
 
 
-def test_targets_seen_are_looked_for_once_a_minute():
-    """Whether a target was seen within windows.target_seen (an hour) is read at a 1-minute step,
-    not from every scrape of the hour."""
+def test_targets_seen_are_remembered_by_a_recorded_series_not_read_again_from_raw_ones():
+    """Whether a target was seen within windows.target_seen (an hour) is read from the pack's own
+    record of the targets that answer (one series a target, written at every evaluation), never
+    from vLLM's or the sidecar's series over the hour (a subquery of 60 steps over every target)."""
     rules = {r.get("record"): r["expr"] for g in yaml.safe_load((ROOT / rules_mod.PLAIN_PATH).read_text())["groups"]
              for r in g["rules"]}
-    seen = rules["namespace_pod_target:up:max_seen1h"]
-    assert "max_over_time(vllm:num_requests_running[1h:1m])" in seen
-    assert "max_over_time(vllm_sidecar_build_info[1h:1m])" in seen
+    present = "namespace_pod_target_job_instance:vllm_scrape_target:present"
+    nodes = list(walk(parse(rules["namespace_pod_target:up:max_seen1h"])))
+    assert not [n for n in nodes if isinstance(n, SubqueryExpr)]
+    ranged = {n.selector.name: n.range_ms for n in nodes if isinstance(n, MatrixSelector)}
+    assert ranged == {present: HOUR_MS}
+    assert {n.name for n in walk(parse(rules[present])) if isinstance(n, VectorSelector)} == {
+        "vllm:num_requests_running", "vllm_sidecar_build_info"}
+
+
+@pytest.mark.prometheus
+def test_promtool_a_target_seen_within_the_hour_and_gone_reads_down_and_one_gone_longer_is_forgotten(tmp_path):
+    """vLLM's target of pod a answers for 10 minutes and then fails (up 0): down (0) at minute 30,
+    20 minutes after it was last seen, and no longer looked at by minute 75. Pod b's vLLM and
+    sidecar answer throughout: 1 each."""
+    seen = "namespace_pod_target:up:max_seen1h"
+    a, b = vllm_labels(pod="a"), vllm_labels(pod="b")
+    sidecar_b = {"namespace": "llm", "pod": "b", "job": "llm/sidecar", "instance": "b:9400"}
+    target = lambda lab: {k: lab[k] for k in ("namespace", "pod", "job", "instance")}  # noqa: E731
+    inputs = [
+        series("up", target(a), gauge(lambda m: 1 if m < 10 else 0, 80)),
+        series("vllm:num_requests_running", a, gauge(lambda m: 3 if m < 10 else None, 80)),
+        series("up", target(b), gauge(lambda m: 1, 80)),
+        series("vllm:num_requests_running", b, gauge(lambda m: 3, 80)),
+        series("up", sidecar_b, gauge(lambda m: 1, 80)),
+        series("vllm_sidecar_build_info", {**sidecar_b, "version": "1"}, gauge(lambda m: 1, 80)),
+    ]
+    out = lambda pod, t, v: {"labels": fmt_series(seen, {"namespace": "llm", "pod": pod, "target": t}), "value": v}  # noqa: E731
+    case = _expr_case(inputs, [(30, seen, [out("a", "vllm", 0), out("b", "sidecar", 1), out("b", "vllm", 1)]),
+                               (75, seen, [out("b", "sidecar", 1), out("b", "vllm", 1)])], minutes=80)
+    r = run_promtool(tmp_path, [case])
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_reads_over_days_take_hourly_aggregates():

@@ -83,7 +83,7 @@ def test_slo_changes_reach_the_rules(tmp_path):
     assert 'le="10000.0"' in text
     assert '{quantile="0.95"} > 2' in text
     assert "for: 30s" in text
-    assert 'finished_reason!="abort"' in text and "http_requests_total" not in text
+    assert 'finished_reason="abort"' in text and "http_requests_total" not in text
 
 
 @pytest.mark.parametrize("body,needle", [
@@ -110,6 +110,17 @@ def test_bad_slo_files_are_refused(tmp_path, body, needle):
     with pytest.raises(ConfigError) as e:
         load_slo(str(f))
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_file_written_for_an_earlier_release_with_target_seen_step_still_loads(tmp_path):
+    """windows.target_seen_step (the step of the raw subquery earlier releases read targets with)
+    means nothing now that the answering targets are recorded: a file that sets it loads, its other
+    windows taken as written."""
+    f = tmp_path / "slo.yaml"
+    f.write_text("windows: {target_seen: 2h, target_seen_step: 1m}\n")
+    slo = load_slo(str(f))
+    assert slo["windows"]["target_seen"] == "2h" and "target_seen_step" not in slo["windows"]
+    assert "[2h]" in rules_mod.render_plain(slo)
 
 
 def test_le_for_matches_vllm_bucket_strings():

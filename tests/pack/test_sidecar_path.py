@@ -55,7 +55,7 @@ def test_promtool_labelled_pods_are_read_through_the_sidecar_and_the_raw_path_on
         {"expr": TTFT, "eval_time": "15m", "exp_samples": [
             sample(TTFT, "side", 0.5, **q), sample(TTFT, "plain", 4.875, **q), sample(TTFT, "unlabelled", 0.5, **q)]},
         {"expr": LONG, "eval_time": "15m", "exp_samples": [sample(LONG, "plain", 0.5), sample(LONG, "unlabelled", 0.5)]},
-        {"expr": SIDECAR_LONG, "eval_time": "15m", "exp_samples": [sample(SIDECAR_LONG, "side", 0.2)]},
+        {"expr": SIDECAR_LONG, "eval_time": "15m", "exp_samples": [sample(SIDECAR_LONG, "side", 0.2, role="both")]},
     ]}
     r = run_promtool(tmp_path, [case], alerts=None)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -22,7 +22,7 @@ evaluation_interval: 40s
 windows: {rate: 4m, sustain: 90s, sidecar: 45s, queue_growth: 7m, hardware_errors: 13m, target_seen: 2h,
           startup: 19m, held_back: 100s, held_back_sparse: 11m, batch_peak: 20h, baseline: 36h, baseline_offset: 25m,
           baseline_edge: 50m, episode: 35m, episode_recent: 12m, preemptions: 6m,
-          history_from: 30h, history_step: 90m, quantile_step: 7m, target_seen_step: 110s}
+          history_from: 30h, history_step: 90m, quantile_step: 7m}
 labels: {team: llm-serving}
 objectives: {ttft_mean_seconds: 1.25, ttft_p95_seconds: 2.25, output_tokens_per_second: 40, availability: 0.9975}
 availability_sli: engine
