@@ -392,6 +392,7 @@ SCHEMA: Dict[str, Check] = {
     "outer_labels": _outer_labels,
     "sidecar_target_label": _label_name_or_empty,
     "evaluation_interval": _duration,
+    "views_interval": _duration_or_zero,
     "runbook_base_url": _url,
     "labels": _label_map,
     "windows.rate": _duration,

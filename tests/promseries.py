@@ -19,6 +19,20 @@ from exporter.runtime.exposition import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules" / "vllm.rules.yml"
+
+
+def pack_in_one_group(tmp: Path) -> Path:
+    """The committed pack with its views in the alerting group (``views_interval: 0s``): for a
+    Prometheus that evaluates every second and is asked within a minute, where the views' own
+    group (every 2 minutes) may not have run yet. The same rules, the same expressions."""
+    from exporter.pack.rules import render_plain
+    from exporter.slo import load_slo
+
+    slo = load_slo(str(ROOT / "rules" / "slo.yaml"))
+    slo["views_interval"] = "0s"
+    path = tmp / "vllm.one-group.rules.yml"
+    path.write_text(render_plain(slo))
+    return path
 PAGE = (ROOT / "tests" / "fixtures" / "vllm" / "after_pressure.txt").read_text()
 
 

@@ -94,10 +94,8 @@ def inputs(c: Ctx) -> List[Recording]:
         return (f"label_replace(group by ({c.by_(*c.replica, 'job', 'instance')}) ({series}{s()}), "
                 f"\"target\", \"{target}\", \"\", \"\")")
 
-    def up(target: str) -> str:
-        seen = f"max_over_time({n['targets_present']}{{target=\"{target}\"}}[{c.windows['target_seen']}])"
-        return (f"label_replace(\n  max by ({r}) (up{s()} and on ({c.target}) {seen}),\n"
-                f"  \"target\", \"{target}\", \"\", \"\"\n)")
+    # each target seen within the window once (a pod's IP and port may have served another pod too)
+    seen = (f"max by ({c.target}, target) (max_over_time({n['targets_present']}[{c.windows['target_seen']}]))")
 
     return [
         Recording(n["gpu_busy"], f"max by ({r}) (vllm_sidecar_gpu_mean_utilization_ratio{s()})"),
@@ -122,7 +120,7 @@ def inputs(c: Ctx) -> List[Recording]:
         Recording(n["targets_present"], f"{present('vllm:num_requests_running', 'vllm')}\nor\n"
                                         f"{present('vllm_sidecar_build_info', 'sidecar')}"),
         # the scrape targets of vLLM and of the sidecar seen within windows.target_seen (1 up, 0 down)
-        Recording(n["targets_up"], f"{up('vllm')}\nor\n{up('sidecar')}"),
+        Recording(n["targets_up"], f"max by ({r}, target) (\n  up{s()}\n  * on ({c.target}) group_left (target)\n  {seen}\n)"),
     ]
 
 

@@ -102,7 +102,12 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     ceiling = c.mrec("vllm_batch_ceiling", "max")
     cap = c.rec("vllm_requests_waiting_capacity", "sum")
     usage = c.rec("vllm_kv_cache_usage", "max")
-    by_reason = f"sum by ({by}) (vllm:num_requests_waiting_by_reason{s(CAPACITY)})"
+    ns = c.no_sidecar
+    by_reason = f"sum by ({by}) (vllm:num_requests_waiting_by_reason{s(CAPACITY, ns)})"
+    # the raw path's own reads of the batch and the cache (pods without a sidecar only)
+    running_raw = f"sum by ({by}) (vllm:num_requests_running{s(ns)})"
+    usage_raw = (f"max by ({by}) (max_over_time(vllm:kv_cache_usage_perc{s(ns)}[{c.windows['held_back']}]))\n"
+                 f"    or\n    max by ({by}) (max_over_time(vllm:gpu_cache_usage_perc{s(ns)}[{c.windows['held_back']}]))")
     if kv["max_num_seqs"]:
         ceiling_expr = f"count by ({svc}) ({running}) * 0 + {kv['max_num_seqs']}"
     else:
@@ -134,16 +139,19 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         Recording(c.rec("vllm_generation_tokens_per_running_request", "rate"),
                   c.with_role(f"{c.rec('vllm_generation_tokens', 'rate')}\n/ on ({c.per_replica})\n"
                               f"(avg_over_time({c.rec('vllm_requests_running', 'sum')}[{c.rate_window}]) > 0)")),
-        # waiting for scheduling capacity, KV or batch: vLLM's reason, else (old releases) every waiting request
-        Recording(reason, f"{by_reason}\nor\n{waiting}"),
+        # waiting for scheduling capacity, KV or batch: vLLM's reason, else (old releases) every waiting
+        # request. Pods without a sidecar only, as the rest of this raw path (the batch ceiling, the
+        # waits the cache explains): where the sidecar serves its share of polls with requests held
+        # back, that share is the signal and this path is not read.
+        Recording(reason, f"{by_reason}\nor\nsum by ({by}) (vllm:num_requests_waiting{s(ns)})"),
         # the batch while nothing waits for capacity: what the traffic asked for, never a held-back batch
-        Recording(uncontended, f"{running}\nunless on ({by})\n({reason} > 0)"),
+        Recording(uncontended, f"{running}\nand on ({by})\n({reason} == 0)"),
         Recording(m_uncontended, f"max by ({svc}) ({uncontended})"),
         Recording(ceiling, ceiling_expr),
         Recording(cap,
                   f"(\n  {reason} > 0\n  and on ({by})\n  (\n"
-                  f"    max_over_time({usage}[{c.windows['held_back']}]) >= {kv['warn']}\n    or on ({by})\n"
-                  f"    {running} < on ({svc}) group_left () ({kv['batch_room']} * {ceiling})\n  )\n)\n"
+                  f"    ({usage_raw}) >= {kv['warn']}\n    or on ({by})\n"
+                  f"    {running_raw} < on ({svc}) group_left () ({kv['batch_room']} * {ceiling})\n  )\n)\n"
                   f"or\n{reason} * 0"),
         # ... and those only the batch's room explains: where a ceiling is known, a wait with the
         # batch at it is the batch's, whatever the usage gauge reads (what keeps a chronic overload's
@@ -151,8 +159,8 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         # overload, one request waiting a scrape now and then, never reopens it)
         Recording(cap_firm,
                   f"(\n  {reason} > 0\n  and on ({by})\n  (\n"
-                  f"    {running} < on ({svc}) group_left () ({kv['batch_room']} * {ceiling})\n    or on ({by})\n"
-                  f"    (max_over_time({usage}[{c.windows['held_back']}]) >= {kv['warn']} unless on ({svc}) {ceiling})\n"
+                  f"    {running_raw} < on ({svc}) group_left () ({kv['batch_room']} * {ceiling})\n    or on ({by})\n"
+                  f"    (({usage_raw}) >= {kv['warn']} unless on ({svc}) {ceiling})\n"
                   f"  )\n)\n"
                   f"or\n{reason} * 0"),
         # requests waiting for capacity the cache cannot give (0-1): the sidecar's share of its polls

@@ -1,5 +1,5 @@
-"""The rendered rule files: recording rules and alerts in one group, as a plain Prometheus rule
-file and as a PrometheusRule.
+"""The rendered rule files: the alerting group (recording rules and the alerts that read them) and
+the views' group (``views``), as a plain Prometheus rule file and as a PrometheusRule.
 
 ``write_all(slo, out_dir)`` writes ``rules/vllm.rules.yml``, its vmalert form
 ``rules/vllm.vmalert.rules.yml`` (``exporter.pack.vmalert``), the PrometheusRule under
@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List
 
+from ..slo import seconds
+from . import views
 from .alerts import alert_rules
 from .context import Ctx, le_for  # noqa: F401 - le_for is part of this module's interface
 from .recording import recording_rules
-from .ruleyaml import GROUP, dump
+from .ruleyaml import GROUP, VIEWS_GROUP, dump
 from .runbooks import act_steps, render_runbooks
 from .vmalert import VMALERT_PATH, render_vmalert
 
@@ -24,14 +26,21 @@ OPERATOR_PATH = os.path.join("deploy", "kubernetes", "base", "prometheusrule.yam
 
 
 def render_groups(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """One group: recording rules first, then the alerts that read them. Rules of a group are
+    """The alerting group: the recording rules alerts read, then the alerts. Rules of a group are
     evaluated in order at the same timestamp, so an alert always reads this evaluation's recorded
     values; across two groups it could read the previous interval's (and promtool's results would
-    depend on which group ran first)."""
+    depend on which group ran first). Then, every ``views_interval``, the views (``views``): the
+    rules no alert reads, which read only what the alerting group wrote (``0s``: in the one group,
+    before the alerts)."""
     c = Ctx(slo)
     steps = act_steps(slo) if not slo["runbook_base_url"] else {}
-    rules = [r.as_rule(slo["labels"]) for r in recording_rules(c)] + alert_rules(c, steps)
-    return [{"name": GROUP, "rules": rules}]
+    alerts = alert_rules(c, steps)
+    recordings = recording_rules(c)
+    if not seconds(slo["views_interval"]):
+        return [{"name": GROUP, "rules": [r.as_rule(slo["labels"]) for r in recordings] + alerts}]
+    read, shown = views.split(recordings, alerts)
+    return [{"name": GROUP, "rules": [r.as_rule(slo["labels"]) for r in read] + alerts},
+            {"name": VIEWS_GROUP, "interval": slo["views_interval"], "rules": [r.as_rule(slo["labels"]) for r in shown]}]
 
 
 HEADER = ("# Rendered by `vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .` from the SLO file.\n"

@@ -1,4 +1,4 @@
-"""Writing rule files: the one rule group's name and the YAML form every rendered rule file
+"""Writing rule files: the rule groups' names and the YAML form every rendered rule file
 uses (block scalars for multi-line text, the file's key order kept). Read by ``rules`` (the
 Prometheus files) and ``vmalert`` (the vmalert target) alike."""
 
@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 GROUP = "vllm-sidecar-exporter"
+VIEWS_GROUP = "vllm-sidecar-exporter-views"  # the rules no alert reads (views)
 
 
 class _Dumper(yaml.SafeDumper):

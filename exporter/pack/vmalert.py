@@ -36,10 +36,11 @@ import math
 from typing import Any, Dict, List, Optional
 
 from ..slo import seconds
+from . import views
 from .alerts import keyed_alert_rules
 from .context import Ctx
 from .recording import recording_rules
-from .ruleyaml import GROUP, dump
+from .ruleyaml import GROUP, VIEWS_GROUP, dump
 from .runbooks import act_steps
 
 VMALERT_PATH = "rules/vllm.vmalert.rules.yml"
@@ -93,15 +94,24 @@ def to_vmalert(groups: List[Dict[str, Any]], interval: str = "1m") -> List[Dict[
 
 
 def render_vmalert_groups(slo: Dict[str, Any], interval: Optional[str] = None) -> List[Dict[str, Any]]:
-    """The pack for vmalert, evaluated every ``interval`` (default: the SLO's evaluation_interval)."""
+    """The pack for vmalert, its alerting group evaluated every ``interval`` (default: the SLO's
+    evaluation_interval), the views' group every ``views_interval`` (as ``rules.render_groups``)."""
     interval = interval or slo["evaluation_interval"]
     c = Ctx(slo)
     i = seconds(interval)
-    rules: List[Dict[str, Any]] = [r.as_rule(slo["labels"]) for r in recording_rules(c)]
     steps = act_steps(slo) if not slo["runbook_base_url"] else {}
-    for key, rule in keyed_alert_rules(c, steps):
+    keyed = keyed_alert_rules(c, steps)
+    recordings = recording_rules(c)
+    read, shown = (views.split(recordings, [rule for _, rule in keyed]) if seconds(slo["views_interval"])
+                   else (recordings, []))
+    rules: List[Dict[str, Any]] = [r.as_rule(slo["labels"]) for r in read]
+    for key, rule in keyed:
         rules += keep_helpers(key, rule, i)
-    return [{"name": GROUP, "interval": interval, "rules": rules}]
+    groups = [{"name": GROUP, "interval": interval, "rules": rules}]
+    if shown:
+        groups.append({"name": VIEWS_GROUP, "interval": slo["views_interval"],
+                       "rules": [r.as_rule(slo["labels"]) for r in shown]})
+    return groups
 
 
 VM_HEADER = ("# Rendered by `vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .` from the SLO file,\n"

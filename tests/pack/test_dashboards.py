@@ -21,6 +21,7 @@ from exporter.pack import dashboards as dash_mod
 from exporter.pack.names import Names
 from exporter.slo import load_slo
 from promql_names import known_names, metric_names
+from promseries import pack_in_one_group
 from shared import PressureScript
 
 DASH_DIR = ROOT / "dashboards"
@@ -209,7 +210,7 @@ def test_every_panel_gets_data_from_a_real_prometheus(tmp_path):
         with Stack(tmp_path) as st:
             st.start_prometheus([{"job": "vllm", "address": f"127.0.0.1:{vllm.port}", "labels": labels},
                                  {"job": "vllm-sidecar", "address": sidecar.address, "labels": labels}],
-                                [ROOT / "rules" / "vllm.rules.yml"])
+                                [pack_in_one_group(tmp_path)])
             wait_until(st.targets_up, 120, what="targets up", diag=st.diag)
             nv.inject_xid(1, 13)
             # enough samples for every rate window and recording rule

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from promseries import pack_in_one_group
 from conftest import FIXTURES, ROOT
 from exporter.harness import pagetransform as pt
 from exporter.harness.localstack import Stack, wait_until
@@ -72,7 +73,7 @@ def test_the_pd_panels_and_alerts_on_vllm_033_pages(tmp_path):
         dash = json.loads((ROOT / "dashboards" / "vllm-disaggregation.json").read_text())
         queries = {(p["title"], t["refId"]): fill(t["expr"]) for p in dash["panels"] for t in p.get("targets", [])}
         with Stack(tmp_path) as st:
-            st.start_prometheus(targets, [ROOT / "rules" / "vllm.rules.yml"])
+            st.start_prometheus(targets, [pack_in_one_group(tmp_path)])
             wait_until(st.targets_up, 30, what="targets up", diag=st.diag)
             pending = {k: q for k, q in queries.items() if k not in NEEDS_HISTORY}
 

@@ -101,8 +101,12 @@ def test_the_ceiling_is_the_uncontended_batch_or_the_operators_max_num_seqs():
         return {r.get("record"): r["expr"] for g in yaml.safe_load(rules_mod.render_plain(slo))["groups"]
                 for r in g["rules"]}
     learned = rules(load_slo(None))
-    assert learned["namespace_pod_model:vllm_requests_running_uncontended:sum"].startswith(
-        "namespace_pod_model:vllm_requests_running:sum\nunless on (cluster, namespace, pod, model_name)\n")
+    assert learned["namespace_pod_model:vllm_requests_running_uncontended:sum"] == (
+        "namespace_pod_model:vllm_requests_running:sum\nand on (cluster, namespace, pod, model_name)\n"
+        "(namespace_pod_model:vllm_requests_waiting_capacity_reason:sum == 0)")
+    # the raw path reads vLLM's series of the pods without a sidecar only
+    reason = learned["namespace_pod_model:vllm_requests_waiting_capacity_reason:sum"]
+    assert reason.count('vllm_sidecar=""') == 2 and reason.count('vllm:num_requests_waiting') == 2
     hourly = "namespace_model:vllm_requests_running_uncontended:max_max_over_time1h"
     assert learned[hourly] == "max_over_time(namespace_model:vllm_requests_running_uncontended:max[1h])"
     # the day's hourly maxima and this hour's, each read once (longreads.both)

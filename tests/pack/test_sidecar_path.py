@@ -135,3 +135,30 @@ def test_promtool_slow_sustained_surge_warns_on_a_labelled_pod_over_five_minutes
                 expect("VLLMLongPromptSurge", {**OUT, "pod": "slow"}, "75m", evidence=["22.5%", "none"])]}]}
     r = run_promtool(tmp_path, [case], alerts=["VLLMLongPromptSurge"])
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_promtool_requests_held_back_come_from_the_sidecars_share_and_the_raw_waits_only_without_it(tmp_path):
+    """Two pods with 3 requests waiting for capacity, 4 running and the cache at 97 %: ``side``
+    (labelled) is held back by its sidecar's share of polls (0.8); its raw waits are not read, so the
+    rules' capacity waits (and the batch ceiling behind them) are recorded for ``plain`` (no label)
+    only, which is held back at 1 (3 waits the full cache explains)."""
+    side, plain = vllm_labels(pod="side", **{LABEL: "true"}), vllm_labels(pod="plain")
+    inputs = []
+    for lab in (side, plain):
+        inputs += [series("vllm:num_requests_waiting_by_reason", {**lab, "reason": "capacity"}, [3] * (N + 1)),
+                   series("vllm:num_requests_waiting", lab, [3] * (N + 1)),
+                   series("vllm:num_requests_running", lab, [4] * (N + 1)),
+                   series("vllm:kv_cache_usage_perc", lab, [0.97] * (N + 1))]
+    inputs.append(series("vllm_sidecar_kv_cache_capacity_wait_poll_ratio", sidecar_labels("side", model_name="llama-70b"),
+                         [0.8] * (N + 1)))
+    reason, cap = ("namespace_pod_model:vllm_requests_waiting_capacity_reason:sum",
+                   "namespace_pod_model:vllm_requests_waiting_capacity:sum")
+    share, held = "namespace_pod_model:vllm_requests_waiting_capacity:share", "namespace_pod_model:vllm_requests_held_back:bool"
+    case = {"interval": "1m", "input_series": inputs, "promql_expr_test": [
+        {"expr": reason, "eval_time": "15m", "exp_samples": [sample(reason, "plain", 3)]},
+        {"expr": cap, "eval_time": "15m", "exp_samples": [sample(cap, "plain", 3)]},
+        {"expr": share, "eval_time": "15m", "exp_samples": [sample(share, "side", 0.8), sample(share, "plain", 1)]},
+        {"expr": held, "eval_time": "15m", "exp_samples": [sample(held, "side", 0.8), sample(held, "plain", 1)]},
+    ]}
+    r = run_promtool(tmp_path, [case], alerts=None)
+    assert r.returncode == 0, r.stdout + r.stderr

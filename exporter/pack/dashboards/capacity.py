@@ -100,8 +100,10 @@ def capacity(b: Builder) -> Dict[str, Any]:
         Panel("Admission rejections", "Requests rejected by vLLM's queue limits per second, by reason.",
               [Target(f"sum by ({b.by('pod', 'reason')}) (rate({b.s('vllm:admission_rejections_total')}[$__rate_interval]))",
                       "{{pod}} {{reason}}")], unit="reqps", w=8),
-        Panel("Waiting for capacity", "Requests held back for lack of KV capacity, per replica.",
-              [Target(b.replica("vllm_requests_waiting_capacity", "sum"), "{{pod}}")], unit="short", w=8,
+        Panel("Waiting for capacity", "Requests held back for lack of KV capacity, per replica: the sidecar's "
+              "count where the pod has one, else the rules' (vLLM's capacity waits where the cache explains them).",
+              [Target(f"max by ({b.by('pod', 'model_name')}) ({b.s('vllm_sidecar_requests_waiting_for_capacity')})\n"
+                      f"or\n{b.replica('vllm_requests_waiting_capacity', 'sum')}", "{{pod}}")], unit="short", w=8,
               runbooks=("VLLMKVCacheExhausted",)),
         Panel("Capacity headroom", f"What the replicas serving now sustain within every latency objective (the best "
               f"generation tokens/s any replica held for {cap['sustain']} with TTFT p95, TTFT mean and inter-token "

@@ -1,0 +1,46 @@
+"""The rules no alert reads (views), and the group that evaluates them less often.
+
+Some recording rules exist for the dashboards and the analysis tools only: the capacity and
+headroom figures, what the fleet costs, tokens per joule, the error ratio a panel plots. No alert
+reads them, directly or through another rule, and none of them changes in 30 seconds in a way a
+dashboard needs. ``split`` finds them: a recording rule is *read by an alert* when an alert's
+expression or annotation names it, or a rule read by an alert does; every other recording rule is
+a view. They are evaluated in a second group every ``views_interval`` (the SLO file; ``0s`` keeps
+one group), in their own order after the alerting group's rules: a view reads the series it
+aggregates as the alerting group last wrote them (at most one evaluation interval old), and no
+alerting rule ever waits for a view.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Sequence, Tuple
+
+from .recorded import Recording
+
+# a recorded series' name (level:metric:operations): what one rule reads of another
+RECORDED = re.compile(r"[A-Za-z_][\w]*:[\w:]*[\w]")
+
+
+def _reads(text: str) -> set:
+    return set(RECORDED.findall(text))
+
+
+def split(recordings: Sequence[Recording], alerts: Sequence[Dict[str, Any]]) -> Tuple[List[Recording], List[Recording]]:
+    """``recordings`` as (those alerts read, directly or through others; the views), each in its
+    original order."""
+    by_name: Dict[str, List[Recording]] = {}
+    for r in recordings:
+        by_name.setdefault(r.record, []).append(r)
+    wanted: set = set()
+    todo = set()
+    for a in alerts:
+        todo |= _reads(a["expr"]) | _reads(" ".join(str(v) for v in (a.get("annotations") or {}).values()))
+    while todo:
+        name = todo.pop()
+        if name in wanted or name not in by_name:
+            continue
+        wanted.add(name)
+        for r in by_name[name]:
+            todo |= _reads(r.expr) - wanted
+    return [r for r in recordings if r.record in wanted], [r for r in recordings if r.record not in wanted]
