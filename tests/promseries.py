@@ -21,16 +21,19 @@ ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules" / "vllm.rules.yml"
 
 
-def pack_in_one_group(tmp: Path) -> Path:
-    """The committed pack with its views in the alerting group (``views_interval: 0s``): for a
-    Prometheus that evaluates every second and is asked within a minute, where the views' own
-    group (every 2 minutes) may not have run yet. The same rules, the same expressions."""
+def pack_in_one_group(tmp: Path, slo: Optional[dict] = None, name: str = "vllm.one-group.rules.yml") -> Path:
+    """The committed pack (or the pack of ``slo``) with its views in the alerting group
+    (``views_interval: 0s``): the same rules, the same expressions, in one group. For a Prometheus
+    that evaluates every second and is asked within a minute, where the views' own group (every 2
+    minutes) may not have run yet, and for promtool runs compared series by series: promtool runs a
+    file's groups in no fixed order, so a view reads the alerting group's figures of this evaluation
+    or of the one before, differently from run to run."""
     from exporter.pack.rules import render_plain
     from exporter.slo import load_slo
 
-    slo = load_slo(str(ROOT / "rules" / "slo.yaml"))
+    slo = dict(slo or load_slo(str(ROOT / "rules" / "slo.yaml")))
     slo["views_interval"] = "0s"
-    path = tmp / "vllm.one-group.rules.yml"
+    path = tmp / name
     path.write_text(render_plain(slo))
     return path
 PAGE = (ROOT / "tests" / "fixtures" / "vllm" / "after_pressure.txt").read_text()

@@ -124,10 +124,18 @@ class Ctx:
         instances, a replica of role both with the others of role both)."""
         return f"{self.per_model}, role"
 
-    def with_role(self, per_replica: str) -> str:
+    def with_role(self, per_replica: str, from_vllm: bool = False) -> str:
         """A per-replica-and-model expression with its replica's ``role`` label added (the role rule
-        says ``both`` where the pod has no role series; ``both`` too where the rule has no series yet)."""
-        return (f"(\n  {per_replica}\n  * on ({self.per_replica}) group_left (role)\n  {self.role}\n"
+        says ``both`` where the pod has no role series; ``both`` too where the rule has no series
+        yet). ``from_vllm``: the expression divides by vLLM's running requests, so every replica it
+        has is one the role rule has (vLLM's running requests within the rate window) and the join
+        alone does, without the fallback that reads the expression a second time."""
+        # an expression of several terms is joined as a whole (``a - b * on ...`` would join b alone)
+        x = (per_replica if "\n" not in per_replica and " " not in per_replica
+             else f"(\n{indent(per_replica, 4)}\n  )" if "\n" in per_replica else f"({per_replica})")
+        if from_vllm:
+            return f"(\n  {x}\n  * on ({self.per_replica}) group_left (role)\n  {self.role}\n)"
+        return (f"(\n  {x}\n  * on ({self.per_replica}) group_left (role)\n  {self.role}\n"
                 f"  or on ({self.per_replica})\n"
                 f"  label_replace({per_replica}, \"role\", \"both\", \"\", \"\")\n)")
 

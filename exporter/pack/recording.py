@@ -138,7 +138,8 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         # (with the replica's role: it is compared with its peers of the same model and role only)
         Recording(c.rec("vllm_generation_tokens_per_running_request", "rate"),
                   c.with_role(f"{c.rec('vllm_generation_tokens', 'rate')}\n/ on ({c.per_replica})\n"
-                              f"(avg_over_time({c.rec('vllm_requests_running', 'sum')}[{c.rate_window}]) > 0)")),
+                              f"(avg_over_time({c.rec('vllm_requests_running', 'sum')}[{c.rate_window}]) > 0)",
+                              from_vllm=True)),
         # waiting for scheduling capacity, KV or batch: vLLM's reason, else (old releases) every waiting
         # request. Pods without a sidecar only, as the rest of this raw path (the batch ceiling, the
         # waits the cache explains): where the sidecar serves its share of polls with requests held
@@ -187,7 +188,7 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
                   f"(\n  avg_over_time({held}[{c.windows['held_back']}])\n"
                   f"  and on ({by})\n  {held} offset {c.windows['held_back']}\n"
                   f"  and on ({by})\n  (\n    {sidecar_share}\n    or on ({by})\n"
-                  f"    max by ({by}) (count_over_time(vllm:num_requests_running{s()}[{c.windows['held_back']}]))"
+                  f"    max by ({by}) (count_over_time(vllm:num_requests_running{s(c.no_sidecar)}[{c.windows['held_back']}]))"
                   f" >= {kv['held_back_scrapes']}\n  )\n)\n"
                   f"or on ({by})\n"
                   f"(\n  avg_over_time({held}[{c.windows['held_back_sparse']}])\n"
@@ -207,8 +208,9 @@ def prompts_and_cache(c: Ctx) -> List[Recording]:
     return [
         # the raw path of the long-prompt rate: pods without a sidecar (the sidecar serves its own,
         # conditions.inputs, read over its 1-minute window and averaged over windows.rate)
-        Recording(long_rate, f"{c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)}\n-\n"
-                             f"{c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher, c.no_sidecar)}"),
+        # (with the replica's role: it is compared within its model and role only)
+        Recording(long_rate, c.with_role(f"{c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)}\n-\n"
+                                         f"{c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher, c.no_sidecar)}")),
         Recording(c.rec("vllm_long_prompt_requests", "ratio_rate"),
                   f"{long_rate}\n/ on ({by})\n({c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)} > 0)"),
         Recording(c.rec("vllm_prefix_cache_hit", "ratio_rate"),
@@ -233,7 +235,7 @@ def fleet_normal(c: Ctx) -> List[Recording]:
     busy = c.slo["gpu_busy_low"]["busy_utilization"]
     return [
         Recording(c.mrec("vllm_long_prompt_requests_per_replica", "rate"),
-                  f"avg by ({g}) {c.with_role(c.rec('vllm_long_prompt_requests', 'rate'))}"),
+                  f"avg by ({g}) ({conditions.by_role(c, c.rec('vllm_long_prompt_requests', 'rate'))})"),
         # the same from the sidecars' own windows (their threshold is long_prompt.tokens exactly,
         # the rules' is vLLM's bucket bound at or above it: each is compared with its own kind)
         Recording(c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"),

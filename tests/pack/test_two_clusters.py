@@ -30,7 +30,7 @@ from conftest import ROOT
 from exporter.pack.rules import render_plain
 from exporter.slo import load_slo
 from incident import ONSET, PODS, TOTAL, replica
-from promseries import RULES, promtool
+from promseries import RULES, pack_in_one_group, promtool
 
 pytestmark = pytest.mark.prometheus
 
@@ -125,9 +125,10 @@ def _differences(alone: Dict[str, tuple], merged: tuple) -> List[str]:
 
 def test_two_clusters_in_one_ruler_compute_what_each_cluster_computes_alone(tmp_path):
     a, b = _cluster_inputs("vllm-2"), _cluster_inputs("vllm-0")
-    alone = {"a": _promtool(tmp_path, RULES, a, "a"), "b": _promtool(tmp_path, RULES, b, "b")}
+    rules = pack_in_one_group(tmp_path)  # compared series by series: the views in the alerting group
+    alone = {"a": _promtool(tmp_path, rules, a, "a"), "b": _promtool(tmp_path, rules, b, "b")}
     merged_inputs = _with_label(a, "cluster", "a") + _with_label(b, "cluster", "b")
-    merged = _promtool(tmp_path, RULES, merged_inputs, "merged")
+    merged = _promtool(tmp_path, rules, merged_inputs, "merged")
     diffs = _differences(alone, merged)
     assert not diffs, f"{len(diffs)} differences, first: " + "\n".join(diffs[:8])
     # the comparison has substance: each cluster fired on its own bad replica, and many series were recorded
@@ -140,8 +141,7 @@ def test_two_clusters_in_one_ruler_compute_what_each_cluster_computes_alone(tmp_
     # the same merged input through a pack that drops the cluster (outer_labels: []) is wrong
     slo = load_slo(None)
     slo["outer_labels"] = []
-    flat = tmp_path / "flat.rules.yml"
-    flat.write_text(render_plain(slo))
+    flat = pack_in_one_group(tmp_path, slo, "flat.rules.yml")
     flat_merged = _promtool(tmp_path, flat, merged_inputs, "flat")
     assert len(_differences(alone, flat_merged)) > 100
 
