@@ -39,8 +39,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_pack import (EVAL_INTERVAL, Instance, Proc, _ready, api, get, group_intervals,  # noqa: E402
-                              load_rules, rule_id)
+from bench.bench_pack import EVAL_INTERVAL, Instance, Proc, _ready, api, get, group_intervals, load_rules, rule_id  # noqa: E402
 from exporter.harness.localstack import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -559,7 +559,7 @@ def _merge(base: Dict[str, Any], over: Mapping[str, Any], path: str = "") -> Dic
 
 def _legacy(data: Dict[str, Any], path: str) -> Dict[str, Any]:
     """Files written for earlier releases: a top-level ``for: {Alert: 5m}`` map is the ``for``
-    of each alert rule."""
+    of each alert rule; ``windows.target_seen_step`` (retired) is dropped."""
     data = dict(data)
     # windows.target_seen_step: the step at which earlier releases looked for a target in its raw
     # series; the targets that answer are now recorded at every evaluation, and the key means nothing

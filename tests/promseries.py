@@ -21,19 +21,18 @@ ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules" / "vllm.rules.yml"
 
 
-def pack_in_one_group(tmp: Path, slo: Optional[dict] = None, name: str = "vllm.one-group.rules.yml") -> Path:
-    """The committed pack (or the pack of ``slo``) with its views in the alerting group
+def pack_in_one_group(tmp: Path) -> Path:
+    """The committed pack with its views in the alerting group
     (``views_interval: 0s``): the same rules, the same expressions, in one group. For a Prometheus
     that evaluates every second and is asked within a minute, where the views' own group (every 2
-    minutes) may not have run yet, and for promtool runs compared series by series: promtool runs a
-    file's groups in no fixed order, so a view reads the alerting group's figures of this evaluation
-    or of the one before, differently from run to run."""
+    minutes) may not have run yet. (promtool runs take the committed file, its groups in file
+    order: ``in_file_order``.)"""
     from exporter.pack.rules import render_plain
     from exporter.slo import load_slo
 
-    slo = dict(slo or load_slo(str(ROOT / "rules" / "slo.yaml")))
+    slo = load_slo(str(ROOT / "rules" / "slo.yaml"))
     slo["views_interval"] = "0s"
-    path = tmp / name
+    path = tmp / "vllm.one-group.rules.yml"
     path.write_text(render_plain(slo))
     return path
 PAGE = (ROOT / "tests" / "fixtures" / "vllm" / "after_pressure.txt").read_text()
@@ -208,6 +207,14 @@ def rules_for(alerts: Sequence[str], rules_path: Path = RULES) -> dict:
                        for g in data["groups"] if any(keep(r) for r in g["rules"])]}
 
 
+def in_file_order(rules_path: Path) -> Dict[str, List[str]]:
+    """promtool's ``group_eval_order`` for a file of several groups: its groups in file order at each
+    evaluation (the alerting group, then the views that read it). Without it promtool runs the
+    groups in no fixed order, and a view reads this evaluation's figures or the last's."""
+    names = [g["name"] for g in (yaml.safe_load(Path(rules_path).read_text()) or {}).get("groups", [])]
+    return {"group_eval_order": names} if len(names) > 1 else {}
+
+
 def run_promtool(tmp: Path, tests: List[dict], rules_path: Path = RULES,
                  evaluation_interval: str = "1m", alerts: Optional[Sequence[str]] = None) -> subprocess.CompletedProcess:
     """``promtool test rules`` of ``tests`` over the rule file, or over the file cut to what
@@ -216,7 +223,8 @@ def run_promtool(tmp: Path, tests: List[dict], rules_path: Path = RULES,
         cut = tmp / f"cut-{rules_path.name}"
         cut.write_text(yaml.safe_dump(rules_for(alerts, rules_path), sort_keys=False, width=10_000))
         rules_path = cut
-    doc = {"rule_files": [str(rules_path)], "evaluation_interval": evaluation_interval, "tests": tests}
+    doc = {"rule_files": [str(rules_path)], "evaluation_interval": evaluation_interval,
+           **in_file_order(rules_path), "tests": tests}
     f = tmp / "test.yml"
     f.write_text(yaml.safe_dump(doc, sort_keys=False, width=10_000))
     return subprocess.run([promtool(), "test", "rules", str(f)], capture_output=True, text=True, timeout=300)

@@ -28,7 +28,7 @@ from exporter.analysis.promql.parser import parse
 from exporter.analysis.promql.vector import Vec
 from exporter.analysis.rulefile import load_rule_file
 from exporter.analysis.sources import input_series_store
-from promseries import promtool
+from promseries import in_file_order, promtool
 
 Timeline = Dict[Tuple[int, str], Set[str]]  # (seconds, alertname) -> label sets as promtool prints them
 
@@ -191,9 +191,10 @@ def compare(tmp: Path, rule_file: Path, scenarios: Sequence[Scenario], eval_inte
         out.order_dependent += sum(1 for c in cases if c.pop("order_dependent", False))
         tests.append({"name": sc.name, "interval": sc.interval, "input_series": sc.input_series,
                       "alert_rule_test": evals, "promql_expr_test": cases})
-    doc = {"rule_files": [str(rule_file)], "evaluation_interval": _dur(eval_interval_s), "tests": tests}
+    doc = {"rule_files": [str(rule_file)], "evaluation_interval": _dur(eval_interval_s), **in_file_order(rule_file),
+           "tests": tests}
     if group_eval_order:
-        # promtool runs groups in random order unless told; the backtest runs them in file order
+        # promtool runs groups in random order unless told (in_file_order: the file's, as the backtest)
         doc["group_eval_order"] = list(group_eval_order)
     f = tmp / f"equiv-{rule_file.stem}.yml"
     f.write_text(yaml.dump(doc, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False, width=10_000))

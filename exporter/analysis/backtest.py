@@ -165,10 +165,10 @@ def grid(start_ms: int, end_ms: int, step_ms: int) -> np.ndarray:
 def _step(opts: Options, groups: List[Group], hint: Optional[int]) -> int:
     if opts.step_ms:
         return opts.step_ms
-    intervals = [g.interval_ms for g in groups if g.interval_ms]
-    if intervals:
-        return min(intervals)
-    return hint or DEFAULT_STEP_MS
+    # a group without an interval of its own runs at the file's (or the default): the pack's alerting
+    # group, beside its views' group every 2 minutes, sets the step, not the views
+    default = hint or DEFAULT_STEP_MS
+    return min((g.interval_ms or default for g in groups), default=default)
 
 
 def run_backtest(opts: Options, now_ms: Callable[[], int],

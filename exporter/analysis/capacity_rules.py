@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
+from ..pack import views
 from ..pack.context import Ctx
 from ..pack.longreads import exact
 from ..pack.recording import capacity as capacity_family
 from ..pack.recording import capacity_names, recording_rules
-from .promql.ast import VectorSelector, walk
 from .promql.durations import format_duration
 from .promql.parser import parse
 from .rulefile import Group, groups_from_data
@@ -39,17 +39,7 @@ def rule_groups(c: Ctx) -> Tuple[List[Group], Dict[str, str]]:
               c.rec("vllm_requests_finished", "rate"), c.rec("vllm_requests_waiting", "sum")}
     at_end = {names[k] for k in ("sustainable", "peak", "capacity", "headroom")}
     rules = [r for r in recording_rules(c) if r.record not in at_end]
-    by_name: Dict[str, List] = {}
-    for r in rules:
-        by_name.setdefault(r.record, []).append(r)
-    todo = list(wanted)
-    while todo:
-        name = todo.pop()
-        for r in by_name.get(name, []):
-            for node in walk(parse(r.expr)):
-                if isinstance(node, VectorSelector) and node.name in by_name and node.name not in wanted:
-                    wanted.add(node.name)
-                    todo.append(node.name)
+    wanted = views.needed(rules, wanted)
     chosen = [r.as_rule() for r in rules if r.record in wanted]
     return groups_from_data([{"name": "capacity", "rules": chosen}], "<the pack's capacity rules>"), names
 

@@ -102,9 +102,10 @@ def _prometheus_coarse(url: str, slo: dict, start_ms: int, end_ms: int, now: Cal
     own = {r.name: {k for k, _ in r.labels} for r in rules}
     from ..slo import parse_duration
 
-    # the rule groups' interval, else the SLO's evaluation_interval (how often the pack is evaluated)
-    step_ms = min((g.interval_ms for g in groups if g.interval_ms),
-                  default=parse_duration(str(slo.get("evaluation_interval", "1m"))) or 60_000)
+    # the rule groups' intervals, a group without one at the SLO's evaluation_interval (how often the
+    # pack is evaluated): the alerting group's step, not its views' every 2 minutes
+    default = parse_duration(str(slo.get("evaluation_interval", "1m"))) or 60_000
+    step_ms = min((g.interval_ms or default for g in groups), default=default)
     # an alert pending when the record began: read from the pack's longest ``for`` before it, up to LEAD_MAX_MS
     lead = min(LEAD_MAX_MS, max((r.for_ms for r in rules), default=0) + step_ms)
     since = start_ms - lead

@@ -114,9 +114,10 @@ class Ctx:
     @property
     def replicas(self) -> str:
         """Every replica and model vLLM served within the rate window, one series each: the role
-        rule's series without their role (read at this evaluation, the role rule running first),
+        rule's series with the replica's labels only (not its role, nor the SLO's rule labels; read
+        at this evaluation, the role rule running first),
         where a join needs a pod's model, instead of vLLM's series over the window again."""
-        return f"group without (role) ({self.role})"
+        return f"group by ({self.per_replica}) ({self.role})"
 
     @property
     def by_role(self) -> str:

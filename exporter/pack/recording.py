@@ -208,9 +208,8 @@ def prompts_and_cache(c: Ctx) -> List[Recording]:
     return [
         # the raw path of the long-prompt rate: pods without a sidecar (the sidecar serves its own,
         # conditions.inputs, read over its 1-minute window and averaged over windows.rate)
-        # (with the replica's role: it is compared within its model and role only)
-        Recording(long_rate, c.with_role(f"{c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)}\n-\n"
-                                         f"{c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher, c.no_sidecar)}")),
+        Recording(long_rate, f"{c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)}\n-\n"
+                             f"{c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher, c.no_sidecar)}"),
         Recording(c.rec("vllm_long_prompt_requests", "ratio_rate"),
                   f"{long_rate}\n/ on ({by})\n({c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)} > 0)"),
         Recording(c.rec("vllm_prefix_cache_hit", "ratio_rate"),
@@ -235,7 +234,7 @@ def fleet_normal(c: Ctx) -> List[Recording]:
     busy = c.slo["gpu_busy_low"]["busy_utilization"]
     return [
         Recording(c.mrec("vllm_long_prompt_requests_per_replica", "rate"),
-                  f"avg by ({g}) ({conditions.by_role(c, c.rec('vllm_long_prompt_requests', 'rate'))})"),
+                  f"avg by ({g}) {c.with_role(c.rec('vllm_long_prompt_requests', 'rate'))}"),
         # the same from the sidecars' own windows (their threshold is long_prompt.tokens exactly,
         # the rules' is vLLM's bucket bound at or above it: each is compared with its own kind)
         Recording(c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"),
@@ -322,7 +321,7 @@ def availability_errors(c: Ctx) -> str:
     if sli == "engine":
         return f"{engine}\nor\n{zero}"
     if sli == "http":
-        return f"(\n{indent(_http(c, S5XX))}\n)\nor\n{zero}"
+        return f"(\n{indent(_http(c, S5XX))}\n)\nor on ({c.per_replica})\n{zero}"
     # combined: the larger of the two counts, so a request vLLM records twice counts once
     return (f"max by ({c.per_replica}) (\n"
             f"  label_replace(\n{indent(engine, 4)},\n    \"source\", \"engine\", \"\", \"\"\n  )\n  or\n"
@@ -337,7 +336,7 @@ def availability_requests(c: Ctx) -> str:
     engine = finished(c, "valid")
     if c.slo["availability_sli"] == "engine":
         return engine
-    return f"(\n{indent(_http(c, NOT4XX))}\n)\nor\n{engine}"
+    return f"(\n{indent(_http(c, NOT4XX))}\n)\nor on ({c.per_replica})\n{engine}"
 
 
 def availability(c: Ctx) -> List[Recording]:

@@ -171,7 +171,9 @@ def pd_balance(c: Ctx) -> List[Recording]:
 
     def per_side(expr: str, side: str = "") -> str:
         """``expr`` averaged per model over the awake instances of one side (both sides: ``side`` "")."""
-        sides = f'role="{side}"' if side else 'role=~"' + "|".join(SIDES) + '"'
+        # both sides: every role but "both" (an equality matcher: the backtest inlines recorded
+        # series on a server, which takes = and != only)
+        sides = f'role="{side}"' if side else 'role!="both"'
         return (f"avg by ({svc}, role) (\n  (\n{indent(expr, 4)}\n  )\n"
                 f"  * on ({by}) group_left (role)\n  ({role}{{{sides}}} unless on ({by}) {n['asleep']})\n)")
 

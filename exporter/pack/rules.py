@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List
 
-from ..slo import seconds
 from . import views
 from .alerts import alert_rules
 from .context import Ctx, le_for  # noqa: F401 - le_for is part of this module's interface
@@ -36,11 +35,12 @@ def render_groups(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
     steps = act_steps(slo) if not slo["runbook_base_url"] else {}
     alerts = alert_rules(c, steps)
     recordings = recording_rules(c)
-    if not seconds(slo["views_interval"]):
-        return [{"name": GROUP, "rules": [r.as_rule(slo["labels"]) for r in recordings] + alerts}]
-    read, shown = views.split(recordings, alerts)
-    return [{"name": GROUP, "rules": [r.as_rule(slo["labels"]) for r in read] + alerts},
-            {"name": VIEWS_GROUP, "interval": slo["views_interval"], "rules": [r.as_rule(slo["labels"]) for r in shown]}]
+    read, shown = views.grouped(slo, recordings, alerts)
+    groups = [{"name": GROUP, "rules": [r.as_rule(slo["labels"]) for r in read] + alerts}]
+    if shown:
+        groups.append({"name": VIEWS_GROUP, "interval": slo["views_interval"],
+                       "rules": [r.as_rule(slo["labels"]) for r in shown]})
+    return groups
 
 
 HEADER = ("# Rendered by `vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .` from the SLO file.\n"

@@ -2,8 +2,8 @@
 
 Some recording rules exist for the dashboards and the analysis tools only: the capacity and
 headroom figures, what the fleet costs, tokens per joule, the error ratio a panel plots. No alert
-reads them, directly or through another rule, and none of them changes in 30 seconds in a way a
-dashboard needs. ``split`` finds them: a recording rule is *read by an alert* when an alert's
+reads them, directly or through another rule, and none of them changes from one evaluation to the
+next in a way a dashboard needs. ``split`` finds them: a recording rule is *read by an alert* when an alert's
 expression or annotation names it, or a rule read by an alert does; every other recording rule is
 a view. They are evaluated in a second group every ``views_interval`` (the SLO file; ``0s`` keeps
 one group), in their own order after the alerting group's rules: a view reads the series it
@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Sequence, Tuple
 
+from ..slo import seconds
 from .recorded import Recording
 
 # a recorded series' name (level:metric:operations): what one rule reads of another
@@ -26,16 +27,14 @@ def _reads(text: str) -> set:
     return set(RECORDED.findall(text))
 
 
-def split(recordings: Sequence[Recording], alerts: Sequence[Dict[str, Any]]) -> Tuple[List[Recording], List[Recording]]:
-    """``recordings`` as (those alerts read, directly or through others; the views), each in its
-    original order."""
+def needed(recordings: Sequence[Recording], roots: set) -> set:
+    """The names of ``roots`` and of every recording rule they read, directly or through others
+    (the names ``recordings`` records; what they read of vLLM's or the sidecar's is not followed)."""
     by_name: Dict[str, List[Recording]] = {}
     for r in recordings:
         by_name.setdefault(r.record, []).append(r)
     wanted: set = set()
-    todo = set()
-    for a in alerts:
-        todo |= _reads(a["expr"]) | _reads(" ".join(str(v) for v in (a.get("annotations") or {}).values()))
+    todo = set(roots)
     while todo:
         name = todo.pop()
         if name in wanted or name not in by_name:
@@ -43,4 +42,23 @@ def split(recordings: Sequence[Recording], alerts: Sequence[Dict[str, Any]]) -> 
         wanted.add(name)
         for r in by_name[name]:
             todo |= _reads(r.expr) - wanted
+    return wanted
+
+
+def split(recordings: Sequence[Recording], alerts: Sequence[Dict[str, Any]]) -> Tuple[List[Recording], List[Recording]]:
+    """``recordings`` as (those alerts read, directly or through others, or in an annotation's
+    query; the views), each in its original order."""
+    roots: set = set()
+    for a in alerts:
+        roots |= _reads(a["expr"]) | _reads(" ".join(str(v) for v in (a.get("annotations") or {}).values()))
+    wanted = needed(recordings, roots)
     return [r for r in recordings if r.record in wanted], [r for r in recordings if r.record not in wanted]
+
+
+def grouped(slo: Dict[str, Any], recordings: Sequence[Recording],
+            alerts: Sequence[Dict[str, Any]]) -> Tuple[List[Recording], List[Recording]]:
+    """``split`` where the SLO gives the views an interval; every recording rule in the alerting
+    group (no views) where ``views_interval`` is 0s."""
+    if not seconds(slo["views_interval"]):
+        return list(recordings), []
+    return split(recordings, alerts)

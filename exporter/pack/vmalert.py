@@ -102,8 +102,7 @@ def render_vmalert_groups(slo: Dict[str, Any], interval: Optional[str] = None) -
     steps = act_steps(slo) if not slo["runbook_base_url"] else {}
     keyed = keyed_alert_rules(c, steps)
     recordings = recording_rules(c)
-    read, shown = (views.split(recordings, [rule for _, rule in keyed]) if seconds(slo["views_interval"])
-                   else (recordings, []))
+    read, shown = views.grouped(slo, recordings, [rule for _, rule in keyed])
     rules: List[Dict[str, Any]] = [r.as_rule(slo["labels"]) for r in read]
     for key, rule in keyed:
         rules += keep_helpers(key, rule, i)

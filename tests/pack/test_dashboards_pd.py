@@ -15,11 +15,11 @@ import time
 
 import pytest
 
-from promseries import pack_in_one_group
 from conftest import FIXTURES, ROOT
 from exporter.harness import pagetransform as pt
 from exporter.harness.localstack import Stack, wait_until
 from exporter.harness.pageserver import PageServer
+from promseries import pack_in_one_group
 
 pytestmark = pytest.mark.prometheus
 
@@ -98,8 +98,13 @@ def test_the_pd_panels_and_alerts_on_vllm_033_pages(tmp_path):
                     "VLLMSpecDecodeAcceptanceLow", "VLLMEngineStalled", "VLLMTargetDown"}
 
             def active():
+                # a target whose scrape did fail (a scrape timing out on a busy machine: every second
+                # here) is rightly down to TargetDown, which reads the targets seen within the hour;
+                # every other TargetDown (a sleeping engine's above all) is a wrong one
+                failed = {r["metric"].get("pod") for r in st.query("min_over_time(up[2m]) == 0")}
                 return {(a["labels"]["alertname"], a["labels"].get("pod", ""), a["labels"].get("signal", ""))
-                        for a in st.alerts() if a["labels"]["alertname"] in ours}
+                        for a in st.alerts() if a["labels"]["alertname"] in ours
+                        and not (a["labels"]["alertname"] == "VLLMTargetDown" and a["labels"].get("pod") in failed)}
 
             wait_until(lambda: active() >= expected, 30, every=1, what="the transfer alerts", diag=st.diag)
             for _ in range(5):  # and nothing else, over several evaluations

@@ -180,3 +180,36 @@ def test_every_slo_override_takes_effect(tmp_path):
     assert "**Severity:** critical" in book and "7 minutes" in book and "20 minutes" in book
 
 
+
+
+@pytest.mark.prometheus
+def test_promtool_rule_labels_from_the_slo_break_no_rule(tmp_path):
+    """With the SLO's ``labels`` (every rule, recorded series included, carries them) a rule that
+    joins a recorded series with an aggregation by ``or`` must still match on the replica: otherwise
+    both sides survive, and are the same series once the rule's labels are added, and Prometheus
+    refuses the rule's whole result. A pod with no GPU series (2 GPUs from the SLO file) and 5xx
+    answers over HTTP (availability_sli http): its GPU count, cost and failed requests are recorded,
+    each once, with the team label."""
+    from promseries import counter, fmt_series, in_file_order, promtool, series, vllm_labels
+
+    slo = load_slo(None)
+    slo["labels"] = {"team": "llm"}
+    slo["availability_sli"] = "http"
+    rules = tmp_path / "labelled.rules.yml"
+    rules.write_text(rules_mod.render_plain(slo))
+    pod = vllm_labels(pod="p")
+    http = {k: pod[k] for k in ("namespace", "pod", "job", "instance")}
+    inputs = [series("vllm:num_requests_running", pod, [2] * 21),
+              series("vllm:request_success_total", {**pod, "finished_reason": "stop"}, counter(lambda m: 60, 20)),
+              series("http_requests_total", {**http, "handler": "/v1/completions", "status": "2xx"}, counter(lambda m: 54, 20)),
+              series("http_requests_total", {**http, "handler": "/v1/completions", "status": "5xx"}, counter(lambda m: 6, 20))]
+    out = {"namespace": "llm", "pod": "p", "model_name": "llama-70b", "team": "llm"}
+    gpus, errors = "namespace_pod_model:vllm_sidecar_gpus:count", "namespace_pod_model:vllm_availability_errors:rate5m"
+    test = {"interval": "1m", "input_series": inputs, "promql_expr_test": [
+        {"expr": gpus, "eval_time": "15m", "exp_samples": [{"labels": fmt_series(gpus, out), "value": 2}]},
+        {"expr": errors, "eval_time": "15m", "exp_samples": [{"labels": fmt_series(errors, out), "value": 0.1}]}]}
+    f = tmp_path / "test.yml"
+    f.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": "1m", **in_file_order(rules),
+                                 "tests": [test]}, sort_keys=False, width=10_000))
+    r = subprocess.run([promtool(), "test", "rules", str(f)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr

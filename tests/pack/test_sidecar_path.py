@@ -54,8 +54,7 @@ def test_promtool_labelled_pods_are_read_through_the_sidecar_and_the_raw_path_on
     case = {"interval": "1m", "input_series": inputs, "promql_expr_test": [
         {"expr": TTFT, "eval_time": "15m", "exp_samples": [
             sample(TTFT, "side", 0.5, **q), sample(TTFT, "plain", 4.875, **q), sample(TTFT, "unlabelled", 0.5, **q)]},
-        {"expr": LONG, "eval_time": "15m", "exp_samples": [sample(LONG, "plain", 0.5, role="both"),
-                                                             sample(LONG, "unlabelled", 0.5, role="both")]},
+        {"expr": LONG, "eval_time": "15m", "exp_samples": [sample(LONG, "plain", 0.5), sample(LONG, "unlabelled", 0.5)]},
         {"expr": SIDECAR_LONG, "eval_time": "15m", "exp_samples": [sample(SIDECAR_LONG, "side", 0.2, role="both")]},
     ]}
     r = run_promtool(tmp_path, [case], alerts=None)
@@ -104,7 +103,7 @@ def test_promtool_long_prompt_surge_reads_the_sidecar_where_a_pod_has_one(tmp_pa
     raw = "namespace_pod_model:vllm_long_prompt_requests:rate5m"
     case = {"interval": "1m", "input_series": inputs,
             "promql_expr_test": [{"expr": raw, "eval_time": "10m", "exp_samples": [
-                sample(raw, "unlabelled", 0.5, role="both"), sample(raw, "plain", 0.5, role="both")]}],
+                sample(raw, "unlabelled", 0.5), sample(raw, "plain", 0.5)]}],
             "alert_rule_test": [{"eval_time": "10m", "alertname": "VLLMLongPromptSurge", "exp_alerts": [
                 expect("VLLMLongPromptSurge", {**OUT, "pod": "side"}, "400m", evidence=["40%", "none"]),
                 expect("VLLMLongPromptSurge", {**OUT, "pod": "unlabelled"}, "500m", evidence=["0%", "none"]),

@@ -30,7 +30,7 @@ from conftest import ROOT
 from exporter.pack.rules import render_plain
 from exporter.slo import load_slo
 from incident import ONSET, PODS, TOTAL, replica
-from promseries import RULES, pack_in_one_group, promtool
+from promseries import RULES, in_file_order, promtool
 
 pytestmark = pytest.mark.prometheus
 
@@ -68,8 +68,8 @@ def _promtool(tmp: Path, rule_file: Path, inputs: List[dict], tag: str) -> Tuple
                                 for m in range(ALERT_FROM, TOTAL + 1) for a in alertnames],
             "promql_expr_test": [{"expr": RECORDED, "eval_time": f"{m}m", "exp_samples": []} for m in EXPR_MINUTES]}
     f = tmp / f"two-clusters-{tag}.yml"
-    f.write_text(yaml.safe_dump({"rule_files": [str(rule_file)], "evaluation_interval": "1m", "tests": [test]},
-                                sort_keys=False, width=10_000))
+    f.write_text(yaml.safe_dump({"rule_files": [str(rule_file)], "evaluation_interval": "1m",
+                                 **in_file_order(rule_file), "tests": [test]}, sort_keys=False, width=10_000))
     r = subprocess.run([promtool(), "test", "rules", str(f)], capture_output=True, text=True, timeout=900)
     text = r.stdout + r.stderr
     series: Dict[int, Dict[str, float]] = {}
@@ -125,10 +125,9 @@ def _differences(alone: Dict[str, tuple], merged: tuple) -> List[str]:
 
 def test_two_clusters_in_one_ruler_compute_what_each_cluster_computes_alone(tmp_path):
     a, b = _cluster_inputs("vllm-2"), _cluster_inputs("vllm-0")
-    rules = pack_in_one_group(tmp_path)  # compared series by series: the views in the alerting group
-    alone = {"a": _promtool(tmp_path, rules, a, "a"), "b": _promtool(tmp_path, rules, b, "b")}
+    alone = {"a": _promtool(tmp_path, RULES, a, "a"), "b": _promtool(tmp_path, RULES, b, "b")}
     merged_inputs = _with_label(a, "cluster", "a") + _with_label(b, "cluster", "b")
-    merged = _promtool(tmp_path, rules, merged_inputs, "merged")
+    merged = _promtool(tmp_path, RULES, merged_inputs, "merged")
     diffs = _differences(alone, merged)
     assert not diffs, f"{len(diffs)} differences, first: " + "\n".join(diffs[:8])
     # the comparison has substance: each cluster fired on its own bad replica, and many series were recorded
@@ -141,7 +140,8 @@ def test_two_clusters_in_one_ruler_compute_what_each_cluster_computes_alone(tmp_
     # the same merged input through a pack that drops the cluster (outer_labels: []) is wrong
     slo = load_slo(None)
     slo["outer_labels"] = []
-    flat = pack_in_one_group(tmp_path, slo, "flat.rules.yml")
+    flat = tmp_path / "flat.rules.yml"
+    flat.write_text(render_plain(slo))
     flat_merged = _promtool(tmp_path, flat, merged_inputs, "flat")
     assert len(_differences(alone, flat_merged)) > 100
 

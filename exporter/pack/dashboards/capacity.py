@@ -72,6 +72,7 @@ def capacity(b: Builder) -> Dict[str, Any]:
     kv = b.slo["kv_cache"]
     cap = b.slo["capacity"]
     W = b.window
+    replica = b.by(*b.slo["replica_labels"], "model_name")  # one series per replica and model
     items = [
         Row("KV cache"),
         Panel("KV-cache usage", f"KV-cache usage per replica (highest engine, either vLLM name). Full is normal for "
@@ -102,8 +103,9 @@ def capacity(b: Builder) -> Dict[str, Any]:
                       "{{pod}} {{reason}}")], unit="reqps", w=8),
         Panel("Waiting for capacity", "Requests held back for lack of KV capacity, per replica: the sidecar's "
               "count where the pod has one, else the rules' (vLLM's capacity waits where the cache explains them).",
-              [Target(f"max by ({b.by('pod', 'model_name')}) ({b.s('vllm_sidecar_requests_waiting_for_capacity')})\n"
-                      f"or\n{b.replica('vllm_requests_waiting_capacity', 'sum')}", "{{pod}}")], unit="short", w=8,
+              [Target(f"max by ({replica}) ({b.s('vllm_sidecar_requests_waiting_for_capacity')})\n"
+                      f"or on ({replica})\n{b.replica('vllm_requests_waiting_capacity', 'sum')}", "{{pod}}")],
+              unit="short", w=8,
               runbooks=("VLLMKVCacheExhausted",)),
         Panel("Capacity headroom", f"What the replicas serving now sustain within every latency objective (the best "
               f"generation tokens/s any replica held for {cap['sustain']} with TTFT p95, TTFT mean and inter-token "
