@@ -132,8 +132,11 @@ class Ctx:
         has is one the role rule has (vLLM's running requests within the rate window) and the join
         alone does, without the fallback that reads the expression a second time."""
         # an expression of several terms is joined as a whole (``a - b * on ...`` would join b alone)
-        x = (per_replica if "\n" not in per_replica and " " not in per_replica
-             else f"(\n{indent(per_replica, 4)}\n  )" if "\n" in per_replica else f"({per_replica})")
+        x = per_replica
+        if "\n" in per_replica:
+            x = f"(\n{indent(per_replica, 4)}\n  )"
+        elif " " in per_replica:
+            x = f"({per_replica})"
         if from_vllm:
             return f"(\n  {x}\n  * on ({self.per_replica}) group_left (role)\n  {self.role}\n)"
         return (f"(\n  {x}\n  * on ({self.per_replica}) group_left (role)\n  {self.role}\n"
