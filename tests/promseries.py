@@ -150,7 +150,7 @@ _TPL = re.compile(r"\{\{\s*\$labels\.(\w+)\s*\}\}")
 _VAL = re.compile(r'\{\{\s*\$value(?:\s*\|\s*(?:\w+|printf "[^"]*"))?\s*\}\}')
 
 
-_QUERY = re.compile(r"\{\{ with printf .*? \| query \}\}.*?\{\{ end \}\}")
+_QUERY = re.compile(r"\{\{ (?:with|range) printf .*? \| query(?: \| sortByLabel \"\w+\")? \}\}.*?\{\{ end \}\}")
 
 
 def render(template: str, labels: Dict[str, str], value: str, evidence: Sequence[str] = ()) -> str:

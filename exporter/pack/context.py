@@ -19,7 +19,6 @@ CAPACITY = 'reason="capacity"'
 S5XX = 'status="5xx"'
 NOT4XX = 'status!~"4xx"'
 TVLLM = 'target="vllm"'
-THERMAL = 'reason=~"hw_thermal_slowdown|sw_thermal_slowdown|hw_power_brake_slowdown"'
 UNCORRECTED = 'type="uncorrected"'
 
 
@@ -165,6 +164,14 @@ class Ctx:
         args = " ".join(f"$labels.{x}" for x in labels)
         return (f'{{{{ with printf "{q}" {args} | query }}}}{{{{ . | first | value | {fmt} }}}}'
                 f"{{{{ else }}}}none{{{{ end }}}}")
+
+    def show_each(self, query: str, label: str) -> str:
+        """A template that lists, in an annotation, the ``label`` of each series ``query`` returns
+        for the alert's replica (each followed by a space): ``show`` for a query of several series,
+        asked only when the alert fires, in the label's order. ``{R}``, ``{P}`` and ``{M}`` as in ``show``."""
+        shown = self.show(query)
+        head = shown[:shown.index(" | query }}")].replace("{{ with ", "{{ range ", 1)
+        return head + f' | query | sortByLabel "{label}" }}}}{{{{ .Labels.{label} }}}} {{{{ end }}}}'
 
     def inputs(self, *metrics: str) -> str:
         """A PromQL query (labels filled in by the alert) that shows a signal's inputs on the

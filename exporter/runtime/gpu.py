@@ -21,6 +21,10 @@ THROTTLE_REASONS: Tuple[Tuple[int, str], ...] = (
     (0x0000000000000080, "hw_power_brake_slowdown"),
     (0x0000000000000100, "display_clock_setting"),
 )
+# the reasons that hold the clocks down for heat or power, not by choice: a GPU under any of them
+# is "thermally throttled" (served as one series per GPU for the rules)
+THERMAL_REASONS: Tuple[str, ...] = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+THERMAL_MASK = sum(bit for bit, reason in THROTTLE_REASONS if reason in THERMAL_REASONS)
 
 @dataclass
 class GpuReading:

@@ -218,3 +218,15 @@ def test_promtool_a_long_read_takes_the_steps_and_the_current_step_each_once(tmp
                       + checks("sum", {"both": 11, "gone": 6, "new": 2}), minutes=4)
     r = run_promtool(tmp_path, [case])
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_no_rule_reads_the_sidecars_per_input_or_per_reason_series():
+    """The sidecar serves one series for the question an alert asks of several: how many inputs are
+    missing (one a pod, not one an input), whether a GPU is thermally throttled (one a GPU, not one
+    a throttle reason). The per-input and per-reason series are for the runbooks' queries and the
+    panels; no rule selects them at every evaluation (the missing inputs' names are asked only in the
+    alert's description, when it fires)."""
+    read = {n.name for g in yaml.safe_load((ROOT / rules_mod.PLAIN_PATH).read_text())["groups"]
+            for r in g["rules"] for n in walk(parse(r["expr"])) if isinstance(n, VectorSelector)}
+    assert {"vllm_sidecar_inputs_missing", "vllm_sidecar_gpu_thermal_throttle_active"} <= read
+    assert not read & {"vllm_sidecar_input_missing", "vllm_sidecar_gpu_clock_throttle_active"}

@@ -329,13 +329,24 @@ CASES["VLLMTargetDown"] = [
           series("up", S, gauge(lambda m: 1, N))], [quiet(30, "VLLMTargetDown")]),
 ]
 
+def inputs_page(missing):
+    """The sidecar's two input series as its health collector serves them: one per input
+    (``missing``: input -> 0/1) and the count the alert reads."""
+    return ([series("vllm_sidecar_input_missing", {**S, "metric": m}, gauge(lambda _, v=v: v, N))
+             for m, v in missing.items()]
+            + [series("vllm_sidecar_inputs_missing", S, gauge(lambda _: sum(missing.values()), N))])
+
+
 CASES["VLLMSidecarInputMissing"] = [
-    case([series("vllm_sidecar_input_missing", {**S, "metric": "vllm:kv_cache_usage_perc"}, gauge(lambda m: 1, N)),
-          series("vllm_sidecar_input_missing", {**S, "metric": "vllm:generation_tokens_total"}, gauge(lambda m: 0, N))],
+    # the count fires, once a pod; the description names the missing input, asked when it fires
+    case(inputs_page({"vllm:kv_cache_usage_perc": 1, "vllm:generation_tokens_total": 0}),
          [at(12, "VLLMSidecarInputMissing",
-             expect("VLLMSidecarInputMissing", {**T, "metric": "vllm:kv_cache_usage_perc"}, "1"))]),
-    case([series("vllm_sidecar_input_missing", {**S, "metric": "vllm:kv_cache_usage_perc"}, gauge(lambda m: 0, N))],
-         [quiet(30, "VLLMSidecarInputMissing")]),
+             expect("VLLMSidecarInputMissing", T, "1", evidence=["vllm:kv_cache_usage_perc "]))]),
+    case(inputs_page({"vllm:kv_cache_usage_perc": 1, "vllm:generation_tokens_total": 1}),
+         [at(12, "VLLMSidecarInputMissing",
+             expect("VLLMSidecarInputMissing", T, "2",
+                    evidence=["vllm:generation_tokens_total vllm:kv_cache_usage_perc "]))]),
+    case(inputs_page({"vllm:kv_cache_usage_perc": 0}), [quiet(30, "VLLMSidecarInputMissing")]),
 ]
 
 
@@ -413,11 +424,12 @@ CASES["GPUXidErrors"] = [
 ]
 
 CASES["GPUThermalThrottling"] = [
-    case([series("vllm_sidecar_gpu_clock_throttle_active", {**G, "reason": "hw_thermal_slowdown"}, gauge(lambda m: 1, N)),
-          series("vllm_sidecar_gpu_clock_throttle_active", {**G, "reason": "gpu_idle"}, gauge(lambda m: 0, N))],
-         [at(12, "GPUThermalThrottling", expect("GPUThermalThrottling", GA, "1"))]),
-    case([series("vllm_sidecar_gpu_clock_throttle_active", {**G, "reason": "hw_thermal_slowdown"}, gauge(lambda m: 0, N)),
-          series("vllm_sidecar_gpu_clock_throttle_active", {**G, "reason": "gpu_idle"}, gauge(lambda m: 1, N))],
+    case([series("vllm_sidecar_gpu_thermal_throttle_active", G, gauge(lambda m: 1 if m >= 2 else 0, N))],
+         [quiet(8, "GPUThermalThrottling"), at(14, "GPUThermalThrottling", expect("GPUThermalThrottling", GA, "1"))]),
+    # two minutes throttled: held 5 minutes by the window, short of the 10 minutes it must last
+    case([series("vllm_sidecar_gpu_thermal_throttle_active", G, gauge(lambda m: 1 if 3 <= m < 5 else 0, N))],
+         [quiet(9, "GPUThermalThrottling"), quiet(14, "GPUThermalThrottling")]),
+    case([series("vllm_sidecar_gpu_thermal_throttle_active", G, gauge(lambda m: 0, N))],
          [quiet(30, "GPUThermalThrottling")]),
 ]
 

@@ -56,6 +56,8 @@ def test_units_are_converted_to_base_units():
     throttle = ("vllm_sidecar_gpu_clock_throttle_active", (("gpu", "0"), ("reason", "hw_thermal_slowdown"), ("uuid", g[0].uuid)))
     assert f[throttle] == 1
     assert f[("vllm_sidecar_gpu_clock_throttle_active", (("gpu", "0"), ("reason", "gpu_idle"), ("uuid", g[0].uuid)))] == 0
+    # the one series a GPU the alert reads: any thermal or power-brake reason, not the power cap alone
+    assert f[("vllm_sidecar_gpu_thermal_throttle_active", lab)] == 1
     info = ("vllm_sidecar_gpu_info", (("driver_version", "550.54.15"), ("gpu", "0"), ("name", g[0].name), ("uuid", g[0].uuid)))
     assert f[info] == 1
 
@@ -197,3 +199,15 @@ def test_the_stand_ins_energy_counter_follows_the_power_drawn():
     later = nv.nvmlDeviceGetTotalEnergyConsumption(h)
     assert later > first  # 400 W for at least 50 ms: at least 20,000 mJ
     assert later - first >= 400_000 * 0.05 - 1
+
+
+@pytest.mark.parametrize("bits, thermal", [(0x0, 0), (0x4, 0), (0x1 | 0x8 | 0x100, 0), (0x20, 1), (0x40, 1), (0x80, 1),
+                                           (0x4 | 0x80, 1)])
+def test_thermal_series_is_the_thermal_reasons_of_the_per_reason_series(bits, thermal):
+    g = make_gpus(1)
+    g[0].clock_event_reasons = bits
+    f = fams(NvmlSource(FakeNvml(g)).read())
+    lab = (("gpu", "0"), ("uuid", g[0].uuid))
+    per_reason = {k[1][1][1]: v for k, v in f.items() if k[0] == "vllm_sidecar_gpu_clock_throttle_active"}
+    assert f[("vllm_sidecar_gpu_thermal_throttle_active", lab)] == thermal
+    assert thermal == max(per_reason[r] for r in ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"))

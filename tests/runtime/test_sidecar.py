@@ -22,10 +22,14 @@ def test_input_missing_is_reported_per_metric(clock, after_load):
     m = scraped(pub)
     assert m[("vllm_sidecar_input_missing", (("metric", "vllm:kv_cache_usage_perc"),))] == 1
     assert m[("vllm_sidecar_input_missing", (("metric", "vllm:generation_tokens_total"),))] == 0
+    assert m[("vllm_sidecar_inputs_missing", ())] == 1  # the count the alert reads, one series
     assert not any(k[0] == "vllm_sidecar_kv_cache_usage_ratio" for k in m)
     seq.text = after_load  # input back
     pub = sc.poll_once()
     assert scraped(pub)[("vllm_sidecar_input_missing", (("metric", "vllm:kv_cache_usage_perc"),))] == 0
+    assert scraped(pub)[("vllm_sidecar_inputs_missing", ())] == 0
+    seq.error = FetchError("refused", "vLLM gone")  # unknown while vLLM does not answer: no count, not 0
+    assert not any(k[0] == "vllm_sidecar_inputs_missing" for k in scraped(sc.poll_once()))
     assert scraped(pub)[("vllm_sidecar_input_resolved", (("input", "kv_usage"), ("metric", "vllm:kv_cache_usage_perc")))] == 1
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import List
 
-from ..context import THERMAL, UNCORRECTED, Ctx
+from ..context import UNCORRECTED, Ctx
 from .alert import Alert
 
 
@@ -35,7 +35,7 @@ def alerts(c: Ctx) -> List[Alert]:
               "Check vLLM's log at that time.",
               rule_id="GPUXidErrorsOther"),
         Alert("GPUThermalThrottling",
-              f"max by ({gl}) (max_over_time(vllm_sidecar_gpu_clock_throttle_active{s(THERMAL)}[{W}])) == 1",
+              f"max by ({gl}) (max_over_time(vllm_sidecar_gpu_thermal_throttle_active{s()}[{W}])) == 1",
               "warning",
               f"GPU {{{{ $labels.gpu }}}} thermally throttled on {who}",
               "The GPU's clocks are held down by temperature or power brake: throughput per GPU drops. Check "

@@ -13,6 +13,7 @@ from .alert import Alert
 def alerts(c: Ctx) -> List[Alert]:
     r, s, who = c.per_pod, c.selector, c.who
     n = conditions.names(c)
+    missing = c.show_each("vllm_sidecar_input_missing{P} == 1", "metric")  # their names, asked when it fires
     return [
         Alert("VLLMTargetDown",
               f"(\nmax by ({r}, target) (vllm_sidecar_target_up{s(TVLLM)}) == 0\n"
@@ -24,10 +25,11 @@ def alerts(c: Ctx) -> List[Alert]:
               "restarting or wedged. target=sidecar: the sidecar itself is gone, so the pod is not watched. "
               f"Up is 1, and {{{{ $value }}}} now. Inputs: {c.inputs('up', 'vllm_sidecar_target_up')}"),
         Alert("VLLMSidecarInputMissing",
-              f"max by ({r}, metric) (vllm_sidecar_input_missing{s()}) == 1",
+              f"max by ({r}) (vllm_sidecar_inputs_missing{s()}) > 0",
               "warning",
-              f"vLLM metric {{{{ $labels.metric }}}} missing on {who}",
-              "The sidecar needs {{ $labels.metric }} and vLLM serves it under no known name: a vLLM upgrade "
-              "renamed or removed it. The signals that depend on it are left out until the alias table knows "
-              "the new name. Inputs: " + c.inputs("vllm_sidecar_input_missing")),
+              f"{{{{ $value }}}} vLLM input(s) missing on {who}",
+              f"The sidecar needs {missing}and vLLM serves them under no known name: a vLLM upgrade "
+              "renamed or removed them. The signals that depend on them are left out until the alias table knows "
+              "the new names. Inputs: " + c.inputs("vllm_sidecar_input_missing")),
     ]
+
