@@ -137,11 +137,13 @@ def fleet(pods: int, days: float, scrape_s: int, seed: int = 7) -> Store:
         add("vllm_sidecar_engine_stalled", {**sc, "model_name": "llama-70b"}, np.where(stall, 1.0, 0.0))
         for metric in ("generation_tokens", "kv_cache_usage", "requests_running", "ttft"):
             add("vllm_sidecar_input_missing", {**sc, "metric": metric}, np.zeros(n))
+        add("vllm_sidecar_inputs_missing", sc, np.zeros(n))
         for gpu in range(2):
             g = {**sc, "gpu": str(gpu), "uuid": f"GPU-{p:04d}-{gpu}"}
             add("vllm_sidecar_gpu_ecc_errors_total", {**g, "type": "uncorrected"}, np.zeros(n))
             for reason in ("hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown"):
                 add("vllm_sidecar_gpu_clock_throttle_active", {**g, "reason": reason}, np.zeros(n))
+            add("vllm_sidecar_gpu_thermal_throttle_active", g, np.zeros(n))
     return store
 
 

@@ -147,12 +147,10 @@ class Ctx:
         return f'{self.role}{{role="prefill"}}'
 
     # evidence in annotations ------------------------------------------------------------------
-    def show(self, query: str, fmt: str = "humanize") -> str:
-        """A template that shows, in an annotation, what ``query`` returns for the alert's replica,
-        through Prometheus' ``query`` template function: the evidence beside the alert's value
-        ("normally 2 %"), ``none`` when it has no value. In ``query``, ``{R}`` is the selector of
-        the alert's replica (its outer, replica and model labels), ``{P}`` that of its pod (no
-        model) and ``{M}`` that of its model."""
+    def _asked(self, query: str) -> str:
+        """``printf "<query>" $labels...``: ``query`` for the alert's replica, as a template
+        pipeline's head. In ``query``, ``{R}`` is the selector of the alert's replica (its outer,
+        replica and model labels), ``{P}`` that of its pod (no model) and ``{M}`` that of its model."""
         labels = grouping(self.slo, self.replica + ["model_name"])
         model = set(model_labels(self.replica)) | set(self.outer)
 
@@ -162,16 +160,23 @@ class Ctx:
         pod = set(labels) - {"model_name"}
         q = query.replace("{R}", sel(set(labels))).replace("{P}", sel(pod)).replace("{M}", sel(model)).replace('"', '\\"')
         args = " ".join(f"$labels.{x}" for x in labels)
-        return (f'{{{{ with printf "{q}" {args} | query }}}}{{{{ . | first | value | {fmt} }}}}'
+        return f'printf "{q}" {args}'
+
+    def show(self, query: str, fmt: str = "humanize") -> str:
+        """A template that shows, in an annotation, what ``query`` returns for the alert's replica,
+        through Prometheus' ``query`` template function: the evidence beside the alert's value
+        ("normally 2 %"), ``none`` when it has no value (``{R}``, ``{P}``, ``{M}``: ``_asked``)."""
+        return (f"{{{{ with {self._asked(query)} | query }}}}{{{{ . | first | value | {fmt} }}}}"
                 f"{{{{ else }}}}none{{{{ end }}}}")
 
-    def show_each(self, query: str, label: str) -> str:
+    def show_each(self, query: str, label: str, otherwise: str = "none") -> str:
         """A template that lists, in an annotation, the ``label`` of each series ``query`` returns
-        for the alert's replica (each followed by a space): ``show`` for a query of several series,
-        asked only when the alert fires, in the label's order. ``{R}``, ``{P}`` and ``{M}`` as in ``show``."""
-        shown = self.show(query)
-        head = shown[:shown.index(" | query }}")].replace("{{ with ", "{{ range ", 1)
-        return head + f' | query | sortByLabel "{label}" }}}}{{{{ .Labels.{label} }}}} {{{{ end }}}}'
+        for the alert's replica, in the label's order, each followed by a space (``otherwise`` and a
+        space when it returns nothing): ``show`` for a query of several series, asked as the annotations are,
+        while the alert is pending or firing, never by the alert's expression (``{P}`` and ``{M}``
+        as in ``_asked``; ``{R}`` only for an alert with a ``model_name``)."""
+        return (f'{{{{ range {self._asked(query)} | query | sortByLabel "{label}" }}}}{{{{ .Labels.{label} }}}} '
+                f"{{{{ else }}}}{otherwise} {{{{ end }}}}")
 
     def inputs(self, *metrics: str) -> str:
         """A PromQL query (labels filled in by the alert) that shows a signal's inputs on the

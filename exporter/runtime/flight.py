@@ -55,7 +55,7 @@ from .collectors.base import PREFIX
 from .collectors.gpu import GPU_COUNTERS, GPU_GAUGES
 from .collectors.vllm import DERIVED, POD_DERIVED, RESOLUTION
 from .flight_encode import PackedBlock, openmetrics, pack, series_text  # noqa: F401 - openmetrics, series_text: re-exported
-from .gpu import THERMAL_MASK, THROTTLE_REASONS
+from .gpu import THROTTLE_REASONS
 from .inputs import HISTOGRAM
 
 EVENT_KINDS = ("kv_thrashing", "engine_stalled", "vllm_unreachable", "vllm_restarted", "gpu_xid")
@@ -193,9 +193,10 @@ def published_rows(pub) -> Tuple[Tuple[Key, ...], List[float]]:
     for metric, missing in pub.input_missing:
         ka((PREFIX + "input_missing", (("metric", metric),)))
         va(1.0 if missing else 0.0)
-    if pub.input_missing:
+    n_missing = pub.inputs_missing_count()
+    if n_missing is not None:
         ka((PREFIX + "inputs_missing", _NONE_L))
-        va(float(sum(1 for _, missing in pub.input_missing if missing)))
+        va(float(n_missing))
     for reason, n in pub.malformed_by_reason:
         ka((PREFIX + "parse_malformed_lines_total", (("reason", reason),)))
         va(n)
@@ -247,7 +248,7 @@ def published_rows(pub) -> Tuple[Tuple[Key, ...], List[float]]:
                     ka((PREFIX + "gpu_clock_throttle_active", (*gl, ("reason", reason))))
                     va(1.0 if g.throttle_reasons & bit else 0.0)
                 ka((PREFIX + "gpu_thermal_throttle_active", gl))
-                va(1.0 if g.throttle_reasons & THERMAL_MASK else 0.0)
+                va(1.0 if g.thermal_throttled else 0.0)
         for (index, uuid, code), n in sorted(gpu.xid_totals.items()):
             ka((PREFIX + "gpu_xid_errors_total", (("gpu", str(index)), ("uuid", uuid), ("xid", str(code)))))
             va(float(n))

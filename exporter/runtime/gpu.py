@@ -26,6 +26,7 @@ THROTTLE_REASONS: Tuple[Tuple[int, str], ...] = (
 THERMAL_REASONS: Tuple[str, ...] = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 THERMAL_MASK = sum(bit for bit, reason in THROTTLE_REASONS if reason in THERMAL_REASONS)
 
+
 @dataclass
 class GpuReading:
     index: int
@@ -44,6 +45,11 @@ class GpuReading:
     energy_joules_total: Optional[float] = None
     sm_activity: Optional[float] = None  # 0-1, GPM
     sm_occupancy: Optional[float] = None  # 0-1, GPM
+
+    @property
+    def thermal_throttled(self) -> Optional[bool]:
+        """Whether any of ``THERMAL_REASONS`` holds the clocks down; None when the reasons are unknown."""
+        return None if self.throttle_reasons is None else bool(self.throttle_reasons & THERMAL_MASK)
 
 
 @dataclass

@@ -39,6 +39,10 @@ class Published:
     gpu_source: str = ""  # "nvml" or "dcgm": the collector that reads the gpu target
     flight_events_total: Tuple[Tuple[str, int], ...] = ()  # flight-recorder events opened, by kind
 
+    def inputs_missing_count(self) -> Optional[int]:
+        """How many required inputs the last page lacked; None while vLLM is not read."""
+        return sum(1 for _, missing in self.input_missing if missing) if self.input_missing else None
+
     def collector_name(self, target: str) -> str:
         """The collector behind a target: vllm, or the GPU source's kind."""
         return (self.gpu_source or target) if target == "gpu" else target

@@ -74,6 +74,11 @@ def test_alert_goes_pending_firing_and_reaches_alertmanager(tmp_path):
                                        and a["labels"].get("target") == "vllm"], 20,
                               what="target-down for vLLM at the webhook", diag=st.diag)
             assert down[0]["labels"]["severity"] == "critical" and down[0]["labels"]["pod"] == "vllm-0"
+            # a page for the sidecar only where its scrapes really failed (never from vLLM's 503s)
+            if any(a["labels"]["alertname"] == "VLLMTargetDown" and a["labels"].get("target") == "sidecar"
+                   for a in st.webhook.alerts("/pager")):
+                failed = st.query('min_over_time(up{job="vllm-sidecar"}[5m]) == 0')
+                assert failed, "VLLMTargetDown for the sidecar, whose scrapes all succeeded"
     finally:
         sidecar.close()
         vllm.stop()

@@ -17,6 +17,7 @@ def test_every_metric_is_documented():
     names = [f"vllm_sidecar_{n}" for n in list(DERIVED) + list(POD_DERIVED)]
     names += [f"vllm_sidecar_{n}" for _, n, _ in GPU_GAUGES] + [f"vllm_sidecar_{n}_total" for _, n, _ in GPU_COUNTERS]
     names += ["vllm_sidecar_target_up", "vllm_sidecar_poll_errors_total", "vllm_sidecar_input_missing",
+              "vllm_sidecar_inputs_missing", "vllm_sidecar_gpu_thermal_throttle_active",
               "vllm_sidecar_gpu_xid_errors_total", "vllm_sidecar_gpu_ecc_errors_total", "vllm_sidecar_gpu_info",
               "vllm_sidecar_parse_malformed_lines_total", "vllm_sidecar_input_dropped_samples_total",
               "vllm_sidecar_input_over_cap", "vllm_sidecar_vllm_multiple_processes",

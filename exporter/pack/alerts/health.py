@@ -13,7 +13,8 @@ from .alert import Alert
 def alerts(c: Ctx) -> List[Alert]:
     r, s, who = c.per_pod, c.selector, c.who
     n = conditions.names(c)
-    missing = c.show_each("vllm_sidecar_input_missing{P} == 1", "metric")  # their names, asked when it fires
+    # their names, asked as the annotations are (while it is pending or firing), never by the expression
+    missing = c.show_each("vllm_sidecar_input_missing{P} == 1", "metric", otherwise="inputs")
     return [
         Alert("VLLMTargetDown",
               f"(\nmax by ({r}, target) (vllm_sidecar_target_up{s(TVLLM)}) == 0\n"

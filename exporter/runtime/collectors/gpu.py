@@ -9,7 +9,7 @@ from typing import List
 
 from prometheus_client.core import Metric
 
-from ..gpu import THERMAL_MASK, THERMAL_REASONS, THROTTLE_REASONS, GpuState
+from ..gpu import THERMAL_REASONS, THROTTLE_REASONS, GpuState
 from .base import counter as _counter
 from .base import gauge as _gauge
 
@@ -68,8 +68,8 @@ def families(state: GpuState) -> List[Metric]:
                      "clocks down (heat or the power brake), 0 while none does: the reasons above in one series a "
                      "GPU, for the alert to read.", labels)
     for g in state.gpus:
-        if g.throttle_reasons is not None:
-            thermal.add_metric([str(g.index), g.uuid], 1 if g.throttle_reasons & THERMAL_MASK else 0)
+        if g.thermal_throttled is not None:
+            thermal.add_metric([str(g.index), g.uuid], 1 if g.thermal_throttled else 0)
     if thermal.samples:
         out.append(thermal)
     xid = _counter("gpu_xid_errors", "XID errors the GPU reported since the sidecar started, by XID code.",

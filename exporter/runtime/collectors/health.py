@@ -44,10 +44,11 @@ def families(pub: Published) -> List[Metric]:
     for name, is_missing in pub.input_missing:
         missing.add_metric([name], 1 if is_missing else 0)
     out.append(missing)
-    if pub.input_missing:  # known only while vLLM answers, as the family above
+    n_missing = pub.inputs_missing_count()
+    if n_missing is not None:  # known only while vLLM answers, as the family above
         count = _gauge("inputs_missing", "How many of the vLLM inputs the derivations need the page lacks under "
                        "every known name (the input_missing series at 1): one series for the alert to read.")
-        count.add_metric([], sum(1 for _, is_missing in pub.input_missing if is_missing))
+        count.add_metric([], n_missing)
         out.append(count)
     resolved = _gauge("input_resolved", "1 for the vLLM metric name each input was read from on the last page.",
                       ["input", "metric"])
