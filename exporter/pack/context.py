@@ -172,9 +172,9 @@ class Ctx:
     def show_each(self, query: str, label: str, otherwise: str = "none") -> str:
         """A template that lists, in an annotation, the ``label`` of each series ``query`` returns
         for the alert's replica, in the label's order, each followed by a space (``otherwise`` and a
-        space when it returns nothing): ``show`` for a query of several series, asked as the annotations are,
-        while the alert is pending or firing, never by the alert's expression (``{P}`` and ``{M}``
-        as in ``_asked``; ``{R}`` only for an alert with a ``model_name``)."""
+        space when it returns nothing): ``show`` for a query of several series, asked as the
+        annotations are, while the alert is pending or firing, never by the alert's expression
+        (``{P}`` and ``{M}`` as in ``_asked``; ``{R}`` only for an alert with a ``model_name``)."""
         return (f'{{{{ range {self._asked(query)} | query | sortByLabel "{label}" }}}}{{{{ .Labels.{label} }}}} '
                 f"{{{{ else }}}}{otherwise} {{{{ end }}}}")
 

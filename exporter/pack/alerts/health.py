@@ -33,4 +33,3 @@ def alerts(c: Ctx) -> List[Alert]:
               "renamed or removed them. The signals that depend on them are left out until the alias table knows "
               "the new names. Inputs: " + c.inputs("vllm_sidecar_input_missing")),
     ]
-
