@@ -41,6 +41,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..runtime.gpu import THERMAL_REASONS
 from .promql.labels import NAME, make
 from .series import Store
 from .sources import load_openmetrics
@@ -109,14 +110,47 @@ class Postmortem:
 
 
 def merge_records(records: Sequence[Tuple[str, bytes]]) -> Store:
-    """Several OpenMetrics records (name, bytes; gzip allowed) into one store."""
+    """Several OpenMetrics records (name, bytes; gzip allowed) into one store; a record of a
+    sidecar older than the pack gets the one-series summaries its alerts read (``_summaries``)."""
     store = Store()
     for name, data in records:
         loaded = load_openmetrics(data, name)
         for s in loaded.store:
             t, v = s.without_stale()
             store.add(s.labels, list(t), list(v))
+    _summaries(store)
     return store
+
+
+# (what an older sidecar served, its label, which values count, the one series a newer one serves,
+#  how they combine): VLLMSidecarInputMissing and GPUThermalThrottling read the latter only
+_SUMMARIES = (
+    ("vllm_sidecar_input_missing", "metric", None, "vllm_sidecar_inputs_missing", np.add),
+    ("vllm_sidecar_gpu_clock_throttle_active", "reason", set(THERMAL_REASONS),
+     "vllm_sidecar_gpu_thermal_throttle_active", np.maximum),
+)
+
+
+def _summaries(store: Store) -> None:
+    """Add each summary series a record lacks, from the per-input or per-reason series at the same
+    polls (a sidecar writes them together), so the pack's alerts see an older sidecar's record as
+    a newer one's; a record that has them is left as it is."""
+    for source, label, kept, target, combine in _SUMMARIES:
+        if target in store.names():
+            continue
+        groups: Dict[tuple, Dict[int, float]] = {}
+        for s in list(store):
+            d = dict(s.labels)
+            if d.get(NAME) != source or (kept is not None and d.get(label) not in kept):
+                continue
+            key = make({**d, NAME: target, label: ""})
+            acc = groups.setdefault(key, {})
+            t, v = s.without_stale()
+            for ms, x in zip(t.tolist(), v.tolist()):
+                acc[ms] = float(combine(acc[ms], x)) if ms in acc else x
+        for key, acc in groups.items():
+            times = sorted(acc)
+            store.add(key, times, [acc[ms] for ms in times])
 
 
 def write_openmetrics(store: Store, path: Path) -> None:

@@ -64,3 +64,41 @@ def test_one_busy_poll_in_the_calm_is_not_long_prompts_arriving():
     store.add(labels, [1_000_000 + 1000 * i for i in range(120)], rate)
     got = [e for e in first_events(store, {}) if e.what.startswith("long prompts arriving")]
     assert len(got) == 1 and got[0].t_ms == 1_000_000 + 60_000 and got[0].value == 4000.0, got
+
+
+def _series_of(store, name):
+    from exporter.analysis.promql.labels import NAME
+    out = {}
+    for s in store:
+        d = dict(s.labels)
+        if d.pop(NAME) == name:
+            t, v = s.without_stale()
+            out[tuple(sorted(d.items()))] = dict(zip(t.tolist(), v.tolist()))
+    return out
+
+
+def test_a_record_of_an_older_sidecar_gets_the_summary_series_its_alerts_read():
+    """A sidecar older than the pack served the inputs missing one series an input and the throttle
+    one series a reason; the alerts read the count and the thermal flag. Merged, its record has them,
+    from the same polls; a newer record's own summaries are left as they are."""
+    from exporter.analysis.postmortem import merge_records
+
+    pod = 'namespace="llm",pod="vllm-0"'
+    gpu = pod + ',gpu="0",uuid="GPU-1"'
+    lines = []
+    for i, (kv, gen, thermal, cap) in enumerate([(0, 0, 0, 0), (1, 0, 0, 1), (1, 1, 1, 1), (0, 0, 1, 0)]):
+        ts = 1000 + 2 * i
+        lines += [f'vllm_sidecar_input_missing{{{pod},metric="vllm:kv_cache_usage_perc"}} {kv} {ts}',
+                  f'vllm_sidecar_input_missing{{{pod},metric="vllm:generation_tokens_total"}} {gen} {ts}',
+                  f'vllm_sidecar_gpu_clock_throttle_active{{{gpu},reason="hw_thermal_slowdown"}} {thermal} {ts}',
+                  f'vllm_sidecar_gpu_clock_throttle_active{{{gpu},reason="sw_power_cap"}} {cap} {ts}']
+    old = ("\n".join(lines) + "\n# EOF\n").encode()
+    store = merge_records([("old", old)])
+    pl = (("namespace", "llm"), ("pod", "vllm-0"))
+    assert _series_of(store, "vllm_sidecar_inputs_missing") == {pl: {1000000: 0, 1002000: 1, 1004000: 2, 1006000: 0}}
+    # the power cap is no thermal reason: the poll with it alone is 0
+    assert _series_of(store, "vllm_sidecar_gpu_thermal_throttle_active") == {
+        (("gpu", "0"), *pl, ("uuid", "GPU-1")): {1000000: 0, 1002000: 0, 1004000: 1, 1006000: 1}}
+    new = (f'vllm_sidecar_inputs_missing{{{pod}}} 5 1000\n'
+           f'vllm_sidecar_input_missing{{{pod},metric="vllm:kv_cache_usage_perc"}} 1 1000\n# EOF\n').encode()
+    assert _series_of(merge_records([("new", new)]), "vllm_sidecar_inputs_missing") == {pl: {1000000: 5}}
