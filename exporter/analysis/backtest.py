@@ -19,7 +19,7 @@ from .promql.labels import MatcherSet
 from .promql.lexer import PromQLSyntaxError
 from .promql.parser import parse
 from .promql.vector import EvalError, Vec
-from .rulefile import Group, RuleFileError, groups_from_data, load_rule_file
+from .rulefile import Group, RuleFileError, evaluation_step, groups_from_data, load_rule_file
 from .rulemanager import Run
 from .rulemanager import run as run_rules
 from .series import Store
@@ -165,10 +165,7 @@ def grid(start_ms: int, end_ms: int, step_ms: int) -> np.ndarray:
 def _step(opts: Options, groups: List[Group], hint: Optional[int]) -> int:
     if opts.step_ms:
         return opts.step_ms
-    # a group without an interval of its own runs at the file's (or the default): the pack's alerting
-    # group, beside its views' group every 2 minutes, sets the step, not the views
-    default = hint or DEFAULT_STEP_MS
-    return min((g.interval_ms or default for g in groups), default=default)
+    return evaluation_step(groups, hint or DEFAULT_STEP_MS)
 
 
 def run_backtest(opts: Options, now_ms: Callable[[], int],

@@ -44,6 +44,13 @@ class Group:
     interval_ms: Optional[int] = None
 
 
+def evaluation_step(groups: List[Group], default_ms: int) -> int:
+    """How often a file's rules are evaluated: its most frequent group, a group without an interval
+    of its own at ``default_ms`` (the file's or the SLO's); the pack's alerting group, beside its
+    views' group every 2 minutes, sets the step, not the views."""
+    return min((g.interval_ms or default_ms for g in groups), default=default_ms)
+
+
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL_TEMPLATE = re.compile(r"\{\{\s*(?:\$labels|\.Labels)\.([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}")

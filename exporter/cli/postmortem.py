@@ -100,12 +100,11 @@ def _prometheus_coarse(url: str, slo: dict, start_ms: int, end_ms: int, now: Cal
     rules = [r for g in groups for r in g.rules if r.kind == "alert"]
     pack = {r.name for r in rules}
     own = {r.name: {k for k, _ in r.labels} for r in rules}
+    from ..analysis.rulefile import evaluation_step
     from ..slo import parse_duration
 
-    # the rule groups' intervals, a group without one at the SLO's evaluation_interval (how often the
-    # pack is evaluated): the alerting group's step, not its views' every 2 minutes
-    default = parse_duration(str(slo.get("evaluation_interval", "1m"))) or 60_000
-    step_ms = min((g.interval_ms or default for g in groups), default=default)
+    # how often the pack is evaluated: a group without an interval at the SLO's evaluation_interval
+    step_ms = evaluation_step(groups, parse_duration(str(slo.get("evaluation_interval", "1m"))) or 60_000)
     # an alert pending when the record began: read from the pack's longest ``for`` before it, up to LEAD_MAX_MS
     lead = min(LEAD_MAX_MS, max((r.for_ms for r in rules), default=0) + step_ms)
     since = start_ms - lead

@@ -178,6 +178,15 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         # the same from the waits only the batch's room explains (the sidecar's share where it has it)
         Recording(c.rec("vllm_requests_held_back_firm", "bool"),
                   held_back_bool(f"({sidecar_share}\n  or on ({by})\n  ({cap_firm} > bool 0))")),
+        *held_back_shares(c, held, sidecar_share),
+    ]
+
+
+def held_back_shares(c: Ctx, held: str, sidecar_share: str) -> List[Recording]:
+    """The held-back signal (``held``, at each evaluation) as shares of two windows: the KV alert's
+    and the chronic overload's."""
+    by, s, kv = c.per_replica, c.selector, c.slo["kv_cache"]
+    return [
         # its share over the held-back window, recorded so that the KV alert can ask whether it was
         # reached at some point of a longer window (a chronic overload is one episode)
         # (only once the replica has a whole window of it: a pod's first sample is no share)
