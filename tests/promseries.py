@@ -22,16 +22,16 @@ RULES = ROOT / "rules" / "vllm.rules.yml"
 
 
 def pack_in_one_group(tmp: Path) -> Path:
-    """The committed pack with its views in the alerting group
-    (``views_interval: 0s``): the same rules, the same expressions, in one group. For a Prometheus
-    that evaluates every second and is asked within a minute, where the views' own group (every 2
-    minutes) may not have run yet. (promtool runs take the committed file, its groups in file
-    order: ``in_file_order``.)"""
+    """The committed pack with its views and slow alerts in the alerting group
+    (``views_interval: 0s``, ``slow_interval: 0s``): the same rules, the same expressions, in one
+    group. For a Prometheus that evaluates every second and is asked within a minute, where the
+    views' and the slow alerts' own groups (every 2 minutes) may not have run yet. (promtool runs
+    take the committed file, its groups in file order: ``in_file_order``.)"""
     from exporter.pack.rules import render_plain
     from exporter.slo import load_slo
 
     slo = load_slo(str(ROOT / "rules" / "slo.yaml"))
-    slo["views_interval"] = "0s"
+    slo["views_interval"] = slo["slow_interval"] = "0s"
     path = tmp / "vllm.one-group.rules.yml"
     path.write_text(render_plain(slo))
     return path

@@ -220,7 +220,8 @@ class Stack:
     def settled_at(self, after: float = 0.0, scrapes: int = 4, timeout: float = 180.0, lag: float = 3.0,
                    diag=None) -> float:
         """A moment (Unix seconds) at which every target's last ``scrapes`` scrapes had all
-        succeeded and every rule group had evaluated since: ask a query ``at`` it to read a
+        succeeded and every rule group evaluated at the fastest interval (the alerting group; the
+        pack's slow alerts and views run every few minutes) had evaluated since: ask a query ``at`` it to read a
         settled state. On a busy machine a scrape that times out writes ``up`` 0 and marks every
         series of its target stale until the next one, and a rule evaluated in that gap records
         nothing; a query at "now" can fall in such a gap, a query at this moment cannot. The
@@ -235,7 +236,8 @@ class Stack:
             if at <= after or len(self.query(healthy, at=at)) < self.targets:
                 return None
             groups = http_get(self.prom_url + "/api/v1/rules")["data"]["groups"]
-            return at if all(_unix(g["lastEvaluation"]) > at for g in groups) else None
+            fastest = min((g["interval"] for g in groups), default=0)
+            return at if all(_unix(g["lastEvaluation"]) > at for g in groups if g["interval"] == fastest) else None
 
         return wait_until(moment, timeout, every=0.5, what=f"{scrapes} good scrapes of every target in a row",
                           diag=diag or self.diag)

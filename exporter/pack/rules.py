@@ -1,5 +1,6 @@
-"""The rendered rule files: the alerting group (recording rules and the alerts that read them) and
-the views' group (``views``), as a plain Prometheus rule file and as a PrometheusRule.
+"""The rendered rule files: the alerting group (recording rules and the alerts that read them), the
+slow alerts' group and the views' group (``cadence``), as a plain Prometheus rule file and as a
+PrometheusRule.
 
 ``write_all(slo, out_dir)`` writes ``rules/vllm.rules.yml``, its vmalert form
 ``rules/vllm.vmalert.rules.yml`` (``exporter.pack.vmalert``), the PrometheusRule under
@@ -12,11 +13,11 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List
 
-from . import views
-from .alerts import alert_rules
+from . import cadence
+from .alerts import keyed_alert_rules
 from .context import Ctx, le_for  # noqa: F401 - le_for is part of this module's interface
 from .recording import recording_rules
-from .ruleyaml import GROUP, VIEWS_GROUP, dump
+from .ruleyaml import GROUP, SLOW_GROUP, VIEWS_GROUP, dump
 from .runbooks import act_steps, render_runbooks
 from .vmalert import VMALERT_PATH, render_vmalert
 
@@ -25,22 +26,23 @@ OPERATOR_PATH = os.path.join("deploy", "kubernetes", "base", "prometheusrule.yam
 
 
 def render_groups(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The alerting group: the recording rules alerts read, then the alerts. Rules of a group are
-    evaluated in order at the same timestamp, so an alert always reads this evaluation's recorded
-    values; across two groups it could read the previous interval's (and promtool's results would
-    depend on which group ran first). Then, every ``views_interval``, the views (``views``): the
-    rules no alert reads, which read only what the alerting group wrote (``0s``: in the one group,
-    before the alerts)."""
+    """The alerting group: the recording rules its alerts read, then the alerts. Rules of a group
+    are evaluated in order at the same timestamp, so an alert always reads this evaluation's
+    recorded values; across two groups it could read the previous interval's (and promtool's
+    results would depend on which group ran first). Then, every ``slow_interval``, the alerts that
+    wait ``slow_for`` or longer with the recording rules only they read, and every
+    ``views_interval`` the views: the rules no alert reads (``cadence``)."""
     c = Ctx(slo)
     steps = act_steps(slo) if not slo["runbook_base_url"] else {}
-    alerts = alert_rules(c, steps)
-    recordings = recording_rules(c)
-    read, shown = views.grouped(slo, recordings, alerts)
-    groups = [{"name": GROUP, "rules": [r.as_rule(slo["labels"]) for r in read] + alerts}]
-    if shown:
-        groups.append({"name": VIEWS_GROUP, "interval": slo["views_interval"],
-                       "rules": [r.as_rule(slo["labels"]) for r in shown]})
-    return groups
+    groups = cadence.arrange(slo, recording_rules(c), keyed_alert_rules(c, steps))
+    common = slo["labels"]
+    out = [{"name": GROUP, "rules": [r.as_rule(common) for r in groups.recordings] + [a for _, a in groups.alerts]}]
+    if groups.slow_alerts:
+        out.append({"name": SLOW_GROUP, "interval": slo["slow_interval"],
+                    "rules": [r.as_rule(common) for r in groups.slow_recordings] + [a for _, a in groups.slow_alerts]})
+    if groups.views:
+        out.append({"name": VIEWS_GROUP, "interval": slo["views_interval"], "rules": [r.as_rule(common) for r in groups.views]})
+    return out
 
 
 HEADER = ("# Rendered by `vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .` from the SLO file.\n"

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 GROUP = "vllm-sidecar-exporter"
+SLOW_GROUP = "vllm-sidecar-exporter-slow"  # the alerts that wait slow_for or longer (cadence)
 VIEWS_GROUP = "vllm-sidecar-exporter-views"  # the rules no alert reads (views)
 
 

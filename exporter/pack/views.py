@@ -3,20 +3,20 @@
 Some recording rules exist for the dashboards and the analysis tools only: the capacity and
 headroom figures, what the fleet costs, tokens per joule, the error ratio a panel plots. No alert
 reads them, directly or through another rule, and none of them changes from one evaluation to the
-next in a way a dashboard needs. ``split`` finds them: a recording rule is *read by an alert* when an alert's
+next in a way a dashboard needs. A recording rule is *read by an alert* when an alert's
 expression or annotation names it, or a rule read by an alert does; every other recording rule is
-a view. They are evaluated in a second group every ``views_interval`` (the SLO file; ``0s`` keeps
-one group), in their own order after the alerting group's rules: a view reads the series it
-aggregates as the alerting group last wrote them (at most one evaluation interval old), and no
-alerting rule ever waits for a view.
+a view. They are evaluated in a group of their own every ``views_interval`` (the SLO file; ``0s``
+keeps them in the alerting group), in their own order after the alerting groups' rules: a view
+reads the series it aggregates as the alerting groups last wrote them (at most one evaluation
+interval old), and no alerting rule ever waits for a view. Which group each rule runs in is
+``cadence``.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence
 
-from ..slo import seconds
 from .recorded import Recording
 
 # a recorded series' name (level:metric:operations): what one rule reads of another
@@ -45,20 +45,7 @@ def needed(recordings: Sequence[Recording], roots: set) -> set:
     return wanted
 
 
-def split(recordings: Sequence[Recording], alerts: Sequence[Dict[str, Any]]) -> Tuple[List[Recording], List[Recording]]:
-    """``recordings`` as (those alerts read, directly or through others, or in an annotation's
-    query; the views), each in its original order."""
-    roots: set = set()
-    for a in alerts:
-        roots |= _reads(a["expr"]) | _reads(" ".join(str(v) for v in (a.get("annotations") or {}).values()))
-    wanted = needed(recordings, roots)
-    return [r for r in recordings if r.record in wanted], [r for r in recordings if r.record not in wanted]
+def reads_of_alert(alert: Dict[str, Any]) -> set:
+    """The recorded series an alert names in its expression or an annotation's query."""
+    return _reads(alert["expr"]) | _reads(" ".join(str(v) for v in (alert.get("annotations") or {}).values()))
 
-
-def grouped(slo: Dict[str, Any], recordings: Sequence[Recording],
-            alerts: Sequence[Dict[str, Any]]) -> Tuple[List[Recording], List[Recording]]:
-    """``split`` where the SLO gives the views an interval; every recording rule in the alerting
-    group (no views) where ``views_interval`` is 0s."""
-    if not seconds(slo["views_interval"]):
-        return list(recordings), []
-    return split(recordings, alerts)

@@ -36,11 +36,11 @@ import math
 from typing import Any, Dict, List, Optional
 
 from ..slo import seconds
-from . import views
+from . import cadence
 from .alerts import keyed_alert_rules
 from .context import Ctx
 from .recording import recording_rules
-from .ruleyaml import GROUP, VIEWS_GROUP, dump
+from .ruleyaml import GROUP, SLOW_GROUP, VIEWS_GROUP, dump
 from .runbooks import act_steps
 
 VMALERT_PATH = "rules/vllm.vmalert.rules.yml"
@@ -95,22 +95,28 @@ def to_vmalert(groups: List[Dict[str, Any]], interval: str = "1m") -> List[Dict[
 
 def render_vmalert_groups(slo: Dict[str, Any], interval: Optional[str] = None) -> List[Dict[str, Any]]:
     """The pack for vmalert, its alerting group evaluated every ``interval`` (default: the SLO's
-    evaluation_interval), the views' group every ``views_interval`` (as ``rules.render_groups``)."""
+    evaluation_interval), the slow alerts' group every ``slow_interval`` and the views' group every
+    ``views_interval`` (as ``rules.render_groups``); each alert's helpers count its own group's
+    evaluations."""
     interval = interval or slo["evaluation_interval"]
     c = Ctx(slo)
-    i = seconds(interval)
     steps = act_steps(slo) if not slo["runbook_base_url"] else {}
-    keyed = keyed_alert_rules(c, steps)
-    recordings = recording_rules(c)
-    read, shown = views.grouped(slo, recordings, [rule for _, rule in keyed])
-    rules: List[Dict[str, Any]] = [r.as_rule(slo["labels"]) for r in read]
-    for key, rule in keyed:
-        rules += keep_helpers(key, rule, i)
-    groups = [{"name": GROUP, "interval": interval, "rules": rules}]
-    if shown:
-        groups.append({"name": VIEWS_GROUP, "interval": slo["views_interval"],
-                       "rules": [r.as_rule(slo["labels"]) for r in shown]})
-    return groups
+    groups = cadence.arrange(slo, recording_rules(c), keyed_alert_rules(c, steps))
+    common = slo["labels"]
+
+    def rules_of(recordings, keyed, every: str) -> List[Dict[str, Any]]:
+        out: List[Dict[str, Any]] = [r.as_rule(common) for r in recordings]
+        for key, rule in keyed:
+            out += keep_helpers(key, rule, seconds(every))
+        return out
+
+    out = [{"name": GROUP, "interval": interval, "rules": rules_of(groups.recordings, groups.alerts, interval)}]
+    if groups.slow_alerts:
+        out.append({"name": SLOW_GROUP, "interval": slo["slow_interval"],
+                    "rules": rules_of(groups.slow_recordings, groups.slow_alerts, slo["slow_interval"])})
+    if groups.views:
+        out.append({"name": VIEWS_GROUP, "interval": slo["views_interval"], "rules": rules_of(groups.views, [], "1m")})
+    return out
 
 
 VM_HEADER = ("# Rendered by `vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .` from the SLO file,\n"

@@ -20,6 +20,8 @@ replica_labels: [cluster, namespace, pod]
 runbook_base_url: https://runbooks.example.org/llm
 evaluation_interval: 40s
 views_interval: 170s
+slow_interval: 190s
+slow_for: 69m
 windows: {rate: 4m, sustain: 90s, sidecar: 45s, queue_growth: 7m, hardware_errors: 13m, target_seen: 2h,
           startup: 19m, held_back: 100s, held_back_sparse: 11m, batch_peak: 20h, baseline: 36h, baseline_offset: 25m,
           baseline_edge: 50m, episode: 35m, episode_recent: 12m, preemptions: 6m,

@@ -1,5 +1,6 @@
-"""The views: the recording rules no alert reads, evaluated in a group of their own every
-``views_interval`` (exporter/pack/views.py)."""
+"""The pack's three groups (exporter/pack/cadence.py): the alerting group at every evaluation, the
+alerts that wait ``slow_for`` or longer every ``slow_interval``, and the views, the recording rules no
+alert reads, every ``views_interval`` (exporter/pack/views.py)."""
 
 import re
 
@@ -7,8 +8,8 @@ import yaml
 
 from conftest import ROOT
 from exporter.pack import rules as rules_mod
-from exporter.pack.ruleyaml import GROUP, VIEWS_GROUP
-from exporter.slo import load_slo
+from exporter.pack.ruleyaml import GROUP, SLOW_GROUP, VIEWS_GROUP
+from exporter.slo import load_slo, seconds
 
 NAME = re.compile(r"[A-Za-z_][\w]*:[\w:]*[\w]")
 
@@ -19,10 +20,10 @@ def _groups(text):
 
 def test_no_alert_reads_a_view_and_the_views_are_the_dashboards_figures():
     groups = _groups((ROOT / rules_mod.PLAIN_PATH).read_text())
-    assert set(groups) == {GROUP, VIEWS_GROUP}
+    assert list(groups) == [GROUP, SLOW_GROUP, VIEWS_GROUP]
     assert groups[VIEWS_GROUP]["interval"] == load_slo(None)["views_interval"] == "2m"
     views = {r["record"] for r in groups[VIEWS_GROUP]["rules"]}
-    main = groups[GROUP]["rules"]
+    main = groups[GROUP]["rules"] + groups[SLOW_GROUP]["rules"]
     # nothing of the alerting group (recording rules, alerts, their annotations' queries) names a view
     for r in main:
         read = set(NAME.findall(r["expr"] + " ".join((r.get("annotations") or {}).values())))
@@ -40,24 +41,64 @@ def test_no_alert_reads_a_view_and_the_views_are_the_dashboards_figures():
         recorded.add(r["record"])
 
 
-def test_views_interval_0s_keeps_one_group_with_the_same_rules():
+def test_the_slow_group_holds_the_alerts_that_wait_slow_for_and_what_only_they_read():
     slo = load_slo(None)
+    groups = _groups((ROOT / rules_mod.PLAIN_PATH).read_text())
+    assert groups[SLOW_GROUP]["interval"] == slo["slow_interval"] == "2m" and slo["slow_for"] == "15m"
+    fast, slow = groups[GROUP]["rules"], groups[SLOW_GROUP]["rules"]
+    assert {r["alert"] for r in slow if "alert" in r} == {
+        "VLLMReplicaOutlier", "VLLMPrefixCacheHitRatioLow", "VLLMErrorBudgetBurn", "VLLMSpecDecodeAcceptanceLow"}
+    # every alert of the slow group waits 15 minutes or more; every other one less, the pages first
+    assert all(seconds(r["for"]) >= 900 for r in slow if "alert" in r)
+    assert all(seconds(r["for"]) < 900 for r in fast if "alert" in r)
+    assert {"VLLMKVCacheExhausted", "VLLMTTFTHigh", "VLLMTTFTMeanHigh", "VLLMInterTokenLatencyHigh",
+            "VLLMPreemptionsSustained", "VLLMGPUBusyLowThroughput", "VLLMCorruptedRequests"} <= {
+        r["alert"] for r in fast if "alert" in r}
+    # the ticket-level burn is slow, the page stays at every evaluation
+    burns = {(g, r["labels"]["severity"]) for g in (GROUP, SLOW_GROUP) for r in groups[g]["rules"]
+             if r.get("alert") == "VLLMErrorBudgetBurn"}
+    assert burns == {(GROUP, "critical"), (SLOW_GROUP, "warning")}
+    # no rule of the alerting group reads what the slow group records; the slow group reads the
+    # alerting group's records (the TTFT p95 its outlier compares) and records what only it reads
+    slow_records = {r["record"] for r in slow if "record" in r}
+    assert "namespace_pod_model:vllm_time_to_first_token_seconds_p95:ratio_to_peer_median" in slow_records
+    for r in fast:
+        read = set(NAME.findall(r["expr"] + " ".join((r.get("annotations") or {}).values())))
+        assert not read & slow_records, (r.get("record") or r.get("alert"), read & slow_records)
+    assert "namespace_pod_model:vllm_time_to_first_token_seconds:histogram_quantile5m" in {
+        r["record"] for r in fast if "record" in r}
+
+
+def test_a_zero_interval_keeps_the_same_rules_in_fewer_groups():
+    slo = load_slo(None)
+    three = _groups(rules_mod.render_plain(slo))
+    key = lambda rs: sorted(yaml.safe_dump(r, sort_keys=True) for r in rs)  # noqa: E731
+    every = key([r for g in three.values() for r in g["rules"]])
+    slo["slow_interval"] = "0s"
     two = _groups(rules_mod.render_plain(slo))
+    assert list(two) == [GROUP, VIEWS_GROUP] and key(two[GROUP]["rules"] + two[VIEWS_GROUP]["rules"]) == every
+    assert two[VIEWS_GROUP] == three[VIEWS_GROUP]
     slo["views_interval"] = "0s"
     one = _groups(rules_mod.render_plain(slo))
-    assert list(one) == [GROUP]
-    key = lambda rs: sorted(yaml.safe_dump(r, sort_keys=True) for r in rs)  # noqa: E731
-    assert key(one[GROUP]["rules"]) == key(two[GROUP]["rules"] + two[VIEWS_GROUP]["rules"])
+    assert list(one) == [GROUP] and key(one[GROUP]["rules"]) == every
+    slo["slow_interval"] = "2m"
+    fast_and_slow = _groups(rules_mod.render_plain(slo))
+    assert list(fast_and_slow) == [GROUP, SLOW_GROUP]
+    assert key(fast_and_slow[GROUP]["rules"] + fast_and_slow[SLOW_GROUP]["rules"]) == every
 
 
-def test_every_render_runs_the_views_at_their_interval_and_vmalert_the_alerts_at_its_own():
-    """promtool's unit tests evaluate every group at the test's interval, so the views' cadence is
-    the group's ``interval`` field, which Prometheus, the PrometheusRule (prometheus-operator) and
+def test_every_render_runs_each_group_at_its_interval_and_vmalert_the_alerts_at_their_own():
+    """promtool's unit tests evaluate every group at the test's interval, so the views' and the slow
+    alerts' cadence is the group's ``interval`` field, which Prometheus, the PrometheusRule (prometheus-operator) and
     vmalert each honour."""
     from exporter.pack.vmalert import VMALERT_PATH
 
     operator = yaml.safe_load((ROOT / rules_mod.OPERATOR_PATH).read_text())["spec"]["groups"]
     vm = yaml.safe_load((ROOT / VMALERT_PATH).read_text())["groups"]
-    assert [(g["name"], g.get("interval")) for g in operator] == [(GROUP, None), (VIEWS_GROUP, "2m")]
-    assert [(g["name"], g["interval"]) for g in vm] == [(GROUP, "1m"), (VIEWS_GROUP, "2m")]
-    assert {r["record"] for r in vm[1]["rules"]} == {r["record"] for r in operator[1]["rules"]}
+    assert [(g["name"], g.get("interval")) for g in operator] == [(GROUP, None), (SLOW_GROUP, "2m"), (VIEWS_GROUP, "2m")]
+    assert [(g["name"], g["interval"]) for g in vm] == [(GROUP, "1m"), (SLOW_GROUP, "2m"), (VIEWS_GROUP, "2m")]
+    assert {r["record"] for r in vm[2]["rules"]} == {r["record"] for r in operator[2]["rules"]}
+    # vmalert's stand-ins for keep_firing_for count the evaluations of their own group: the
+    # outlier's 15 minutes are 8 evaluations at 2m (and 9 to have held them), not 15 at 1m
+    held = next(r for r in vm[1]["rules"] if r.get("record") == "alert:VLLMReplicaOutlier:held")["expr"]
+    assert held == "count_over_time(alert:VLLMReplicaOutlier:condition[1020s]) >= 9"
