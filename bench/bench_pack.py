@@ -360,12 +360,22 @@ def level_label_sets(name: str, pods: Sequence[dict]) -> List[dict]:
     return out
 
 
+def _probed(metrics, since: float) -> bool:
+    """Whether every rule group has evaluated since ``since`` (when every rate had two points; the
+    slow alerts' and the views' groups run every few minutes, and a first evaluation before then
+    records nothing) and the fastest three times: then every recorded series is there."""
+    its = [v for (n, _), v in metrics.items() if n == "prometheus_rule_group_iterations_total"]
+    last = [v for (n, _), v in metrics.items() if n == "prometheus_rule_group_last_evaluation_timestamp_seconds"]
+    return bool(its) and max(its) >= 3 and bool(last) and min(last) >= since
+
+
 def probe_recorded(instances: List[Instance], pods: List[dict], scrape_s: float, work: Path,
                    names: Dict[str, List[str]], say) -> Dict[str, Dict[str, list]]:
     """The series each instance's rules record under ``names[instance]`` on this fleet: each
     instance runs for three evaluations (with four scrapes or more: every rate has two points),
-    without history, and is asked; then stopped and its data thrown away. Backfilling every pod
-    for a recorded series would be wrong where the rule records only some of them."""
+    every group of a rule file at least once, without history, and is asked; then stopped and its
+    data thrown away. Backfilling every pod for a recorded series would be wrong where the rule
+    records only some of them."""
     probing = [i for i in instances if names.get(i.name)]
     if not probing:
         return {}
@@ -377,10 +387,12 @@ def probe_recorded(instances: List[Instance], pods: List[dict], scrape_s: float,
             _launch(p, d, pods, scrape_s)
         _ready(probes, work)
         time.sleep(max(4 * scrape_s, 0))
+        since = time.time()
         end = time.monotonic() + 300
-        while any(pick(prom_metrics(p.url), "prometheus_rule_group_iterations_total") < 3 for p in probes):
+        while not all(_probed(prom_metrics(p.url), since) for p in probes):
             if time.monotonic() > end:
-                raise RuntimeError("the probe's rules did not evaluate three times in 5 minutes")
+                raise RuntimeError("the probe's rules did not evaluate (every group once, the alerting "
+                                   "group three times) since the rates had two points, in 5 minutes")
             time.sleep(5)
         out: Dict[str, Dict[str, list]] = {}
         for p in probes:

@@ -10,12 +10,15 @@ the alert was pending and at which it was firing:
   it stays firing while ``t - KeepFiringSince < keep_firing_for``; returning in that time
   continues the same firing alert;
 - after resolving, the next return starts over as a new pending alert.
+
+An alert of a group with an interval longer than the grid's (the pack's slow alerts) changes
+state only where its group runs (``every_interval``, ``evaluate_every``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -71,4 +74,34 @@ def evaluate(times: np.ndarray, active: np.ndarray, for_ms: int, keep_firing_for
         k0 = prev_end + 1
         tail = np.arange(k0, n)
         firing[tail[times[tail] - times[k0] < kff]] = True
+    return States(pending, firing)
+
+
+def every_interval(times: np.ndarray, group_ms: Optional[int], step_ms: int) -> Optional[np.ndarray]:
+    """Where a group that runs every ``group_ms`` evaluates on a grid of ``times`` (every
+    ``step_ms``): the first time of each interval (a mask), or None where it runs at every step.
+    Prometheus offsets each group within its interval by a hash of its name and file; here every
+    group of one interval runs at the same times, so a slow group's evaluations fall within one
+    interval of Prometheus' own."""
+    if not group_ms or group_ms <= step_ms or len(times) == 0:
+        return None
+    slot = np.asarray(times, dtype=np.int64) // group_ms
+    return np.concatenate([[True], slot[1:] != slot[:-1]])
+
+
+def evaluate_every(times: np.ndarray, active: np.ndarray, every: Optional[np.ndarray], for_ms: int,
+                   keep_firing_for_ms: int = 0) -> States:
+    """``evaluate`` for an alert whose group runs only where ``every`` is true
+    (``every_interval``): its state changes at those evaluations and holds between them, as an
+    alert of a slow group stays pending or firing in Prometheus until its group runs again."""
+    if every is None:
+        return evaluate(times, active, for_ms, keep_firing_for_ms)
+    idx = np.nonzero(every)[0]
+    st = evaluate(times[idx], active[idx], for_ms, keep_firing_for_ms)
+    last = np.searchsorted(idx, np.arange(len(times)), side="right") - 1  # the group's last run so far
+    seen = last >= 0
+    pending = np.zeros(len(times), bool)
+    firing = np.zeros(len(times), bool)
+    pending[seen] = st.pending[last[seen]]
+    firing[seen] = st.firing[last[seen]]
     return States(pending, firing)

@@ -188,7 +188,8 @@ class ServerStats:
 def run_on_server(groups: Sequence[Group], url: str, times: np.ndarray, step_ms: int, chunk_ms: int = 6 * 3600_000,
                   session=None, timeout_s: float = 300.0, stats: Optional[ServerStats] = None) -> Run:
     """Every alerting rule of ``groups`` evaluated by the server over ``times`` (aligned to
-    ``step_ms``); the alert states computed here. The Run's store is empty: nothing is recorded."""
+    ``step_ms``); the alert states computed here (an alert of a slower group changes state only
+    where its group runs). The Run's store is empty: nothing is recorded."""
     import requests
 
     sess = session or requests.Session()
@@ -220,8 +221,10 @@ def run_on_server(groups: Sequence[Group], url: str, times: np.ndarray, step_ms:
                     tr = tracks[(i, ls)] = AlertTrack(rule, g.name, ls, np.zeros(n, bool))
                 idx = [(round(float(p[0]) * 1000) - t0) // step_ms for p in item.get("values") or []]
                 tr.active[np.array([k for k in idx if 0 <= k < n], dtype=np.int64)] = True
+    every = {g.name: alert_states.every_interval(times, g.interval_ms, step_ms) for g in groups}
     for tr in tracks.values():
-        tr.states = alert_states.evaluate(times, tr.active, tr.rule.for_ms, tr.rule.keep_firing_for_ms)
+        tr.every = every[tr.group]
+        tr.states = alert_states.evaluate_every(times, tr.active, tr.every, tr.rule.for_ms, tr.rule.keep_firing_for_ms)
     run.alerts = sorted(tracks.values(), key=lambda t: (t.rule.name, t.labels))
     return run
 

@@ -1,7 +1,10 @@
 """Running rule groups over a timeline, as Prometheus' rule manager (and promtool) would have.
 
 At every evaluation time the groups run in order and the rules of a group in order, each rule
-seeing what the rules before it recorded at that same time. Recording rules write their result
+seeing what the rules before it recorded at that same time. A group with an interval longer than
+the evaluation step runs at the first step of each of its intervals only (``alerts.every_interval``),
+its alerts holding their state in between, as Prometheus runs it (promtool runs every group at
+every step). Recording rules write their result
 under the rule's name and labels; a series the rule returned at the previous evaluation and not
 at this one gets a stale marker now (``seriesInPreviousEval``), so it disappears at once instead
 of lingering for the lookback delta. Alerting rules feed the state machine in ``alerts``.
@@ -43,6 +46,7 @@ class AlertTrack:
     labels: Labels            # the alert's labels, alertname included
     active: np.ndarray        # the expression returned this label set at the evaluation
     states: Optional[alerts.States] = None
+    every: Optional[np.ndarray] = None  # where its group runs, if not at every evaluation
 
     @property
     def alertname(self) -> str:
@@ -108,22 +112,33 @@ def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
                             f"evaluating one step at a time")
     result.block_steps = block_steps
     shared = shared_subexpressions(rules)
+    every = {id(g): alerts.every_interval(times, g.interval_ms, interval_ms) for g in groups}
     previous: Dict[int, set] = {i: set() for i in range(len(flat))}  # seriesInPreviousEval per rule
     tracks: Dict[Tuple[int, Labels], AlertTrack] = {}
     n = len(times)
     for a in range(0, n, max(block_steps, 1)):
         b = min(n, a + max(block_steps, 1))
         block = times[a:b]
-        ev = Evaluator(store, block, interval_ms, lookback_ms, left_open, shared, order=order)
+        evs: Dict[Optional[int], Evaluator] = {}  # one per cadence: every step (None), a slower group's
         for i, (g, rule) in enumerate(flat):
+            mask = every[id(g)]
+            if mask is not None and not mask[a:b].any():
+                continue  # its group does not run in this block
+            at = block if mask is None else block[mask[a:b]]
+            pos = np.arange(a, b) if mask is None else a + np.nonzero(mask[a:b])[0]
+            key = None if mask is None else id(mask)
+            if key not in evs:
+                evs[key] = Evaluator(store, at, interval_ms, lookback_ms, left_open, shared, order=order)
             try:
-                got = served(rule, block) if served is not None else None
-                out = got if got is not None else _as_vec(ev.eval(rule.expr), len(block))
+                # (a server answers over the whole step grid: a slower group's rules are run here)
+                got = served(rule, at) if served is not None and mask is None else None
+                out = got if got is not None else _as_vec(evs[key].eval(rule.expr), len(at))
                 if rule.kind == "record":
-                    _record(store, rule, out, block, previous, i)
-                    ev.forget(rule.name)
+                    _record(store, rule, out, at, previous, i)
+                    for ev in evs.values():
+                        ev.forget(rule.name)
                 else:
-                    _alert(rule, g.name, out, block, a, n, i, tracks)
+                    _alert(rule, g.name, out, at, pos, n, i, tracks, mask)
             except EvalError as exc:
                 when = f" at {exc.t_ms / 1000:g}s" if exc.t_ms is not None else ""
                 raise RuleEvalError(f"{rule.where}: {rule.kind} {rule.name!r} (group {g.name!r}) failed{when}: "
@@ -131,7 +146,8 @@ def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
         if progress:
             progress(b, n)
     for track in tracks.values():
-        track.states = alerts.evaluate(times, track.active, track.rule.for_ms, track.rule.keep_firing_for_ms)
+        track.states = alerts.evaluate_every(times, track.active, track.every, track.rule.for_ms,
+                                             track.rule.keep_firing_for_ms)
     result.alerts = sorted(tracks.values(), key=lambda t: (t.rule.name, t.labels))
     return result
 
@@ -161,8 +177,8 @@ def _record(store: Store, rule: Rule, out: Vec, block: np.ndarray, previous: Dic
     previous[i] = current
 
 
-def _alert(rule: Rule, group: str, out: Vec, block: np.ndarray, a: int, n: int, i: int,
-           tracks: Dict[Tuple[int, Labels], AlertTrack]) -> None:
+def _alert(rule: Rule, group: str, out: Vec, block: np.ndarray, pos: np.ndarray, n: int, i: int,
+           tracks: Dict[Tuple[int, Labels], AlertTrack], every: Optional[np.ndarray]) -> None:
     labels = []
     for ls in out.labels:
         d = dict(drop_name(ls))
@@ -175,5 +191,5 @@ def _alert(rule: Rule, group: str, out: Vec, block: np.ndarray, a: int, n: int, 
     for j, ls in enumerate(vec.labels):
         t = tracks.get((i, ls))
         if t is None:
-            t = tracks[(i, ls)] = AlertTrack(rule, group, ls, np.zeros(n, bool))
-        t.active[a:a + len(block)] = vec.P[j]
+            t = tracks[(i, ls)] = AlertTrack(rule, group, ls, np.zeros(n, bool), every=every)
+        t.active[pos] = vec.P[j]

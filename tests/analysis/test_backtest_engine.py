@@ -166,3 +166,34 @@ def test_openmetrics_exemplars_and_hashes_inside_label_values():
     store = load_openmetrics(text.encode()).store
     got = {dict(s.labels)["k"]: float(s.v[0]) for s in store}
     assert got == {"x#y": 1.0, "plain": 2.0, "ex": 3.0}
+
+
+def test_a_slower_group_runs_once_an_interval_and_its_alerts_hold_their_state_between():
+    """As Prometheus runs a group with ``interval: 2m`` beside one at the 30 s step: its recording
+    rules write once every 2 minutes (what a faster rule reads there is up to 2 minutes old), its
+    alert waits its ``for`` in its own evaluations and stays pending or firing until the group
+    runs again (promtool, unlike Prometheus, would run it at every step)."""
+    step, slow = 30_000, 120_000
+    groups = groups_from_data([
+        {"name": "fast", "rules": [{"record": "f", "expr": "x"}, {"alert": "Fast", "expr": "x > 0", "for": "3m"}]},
+        {"name": "slow", "interval": "2m", "rules": [{"record": "s", "expr": "f"},
+                                                      {"alert": "Slow", "expr": "f > 0", "for": "3m"}]},
+    ], "test")
+    # x is 0 for 5 minutes, then 1 (from 300 s on), sampled every 30 s
+    st = input_series_store([{"series": "x", "values": "0x9 1x30"}], step)
+    times = np.arange(0, 39 * step + 1, step, dtype=np.int64)
+    run = rule_runner.run(groups, st, times, step)
+    assert run.store.get(make({"__name__": "f"})).t.tolist() == times.tolist()
+    assert run.store.get(make({"__name__": "s"})).t.tolist() == list(range(0, int(times[-1]) + 1, slow))
+    fired = {tr.alertname: int(times[np.argmax(tr.states.firing)]) // 1000 for tr in run.alerts}
+    # Fast: pending at 300 s, firing at 480 s; Slow: pending at its first run after the onset
+    # (360 s), firing at its first run 3 minutes after that (600 s), and firing between its runs
+    assert fired == {"Fast": 480, "Slow": 600}
+    slow_alert = next(tr for tr in run.alerts if tr.alertname == "Slow")
+    assert slow_alert.states.pending[np.searchsorted(times, 360_000):np.searchsorted(times, 600_000)].all()
+    assert slow_alert.states.firing[np.searchsorted(times, 600_000):].all()
+    assert not slow_alert.states.pending[:np.searchsorted(times, 360_000)].any()
+    # the first step of each interval, whatever the grid (45 s steps: 0, 135, 270, 360, ...)
+    grid = np.arange(0, 600_001, 45_000, dtype=np.int64)
+    assert (grid[alerts.every_interval(grid, slow, 45_000)] // 1000).tolist() == [0, 135, 270, 360, 495]
+    assert alerts.every_interval(grid, 45_000, 45_000) is None and alerts.every_interval(grid, None, 45_000) is None
