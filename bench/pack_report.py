@@ -14,17 +14,17 @@ page), three models in two namespaces, some idle, some busy, one thrashing its K
 long-prompt storm, two answering a share of requests with 5xx. `none` has no rules (the baseline
 for series and ingestion), `naive` the user's four naive alerts, `pack` this pack, and each
 `--variant` another rule file in the same run (below: `before`, the pack before the round the
-section "The pack at fleet scale" describes first: one group, every read that round cut).
-A rule file of several groups is measured per evaluation: each group's time weighed by how often
-it runs (the views' group, every 2 minutes, a quarter). vLLM's targets carry the SLO's `sidecar_target_label`, as the
-deploy monitors write it for a pod with the sidecar (every pod here has one). Windows longer than
-the warm-up are backfilled first (a subquery's series as far back as it reaches; a recorded
-series' past is made up, with nothing held back and nobody waiting), so the 1-day, 3-day and
-14-day reads read full windows from the first evaluation. "Samples read" is Prometheus' own count
-(`stats=all`), independent of how busy
-the machine is; times are not, and the load average is given beside them. The quiet lines and
-the table's last two columns come from the pass after the run: each rule asked of one Prometheus
-over the stored data with nothing else running (`bench/bench_rule_cost.py`).
+section "The pack at fleet scale" describes first: one group, every read that round cut). A rule
+file of several groups is measured per evaluation: each group's time weighed by how often it runs
+(the slow alerts' and the views' groups, every 2 minutes, a quarter each). vLLM's targets carry
+the SLO's `sidecar_target_label`, as the deploy monitors write it for a pod with the sidecar
+(every pod here has one). Windows longer than the warm-up are backfilled first (a subquery's
+series as far back as it reaches; a recorded series' past is made up, with nothing held back and
+nobody waiting), so the 1-day, 3-day and 14-day reads read full windows from the first evaluation.
+"Samples read" is Prometheus' own count (`stats=all`), independent of how busy the machine is;
+times are not, and the load average is given beside them. The quiet lines and the table's last two
+columns come from the pass after the run: each rule asked of one Prometheus over the stored data
+with nothing else running (`bench/bench_rule_cost.py`).
 
 What a user should expect: the recording rules add about as many series per pod as the
 "per pod" figure below (a pod that serves no traffic adds fewer: some rules record only where

@@ -209,7 +209,7 @@ def rules_for(alerts: Sequence[str], rules_path: Path = RULES) -> dict:
 
 def in_file_order(rules_path: Path) -> Dict[str, List[str]]:
     """promtool's ``group_eval_order`` for a file of several groups: its groups in file order at each
-    evaluation (the alerting group, then the views that read it). Without it promtool runs the
+    evaluation (the alerting group, then the slow alerts' and the views' groups that read it). Without it promtool runs the
     groups in no fixed order, and a view reads this evaluation's figures or the last's."""
     names = [g["name"] for g in (yaml.safe_load(Path(rules_path).read_text()) or {}).get("groups", [])]
     return {"group_eval_order": names} if len(names) > 1 else {}

@@ -157,7 +157,8 @@ def backtest(rule_file: Path, sc: Scenario, eval_interval_ms: int, order=None):
     store = input_series_store(sc.input_series, parse_duration(sc.interval))
     groups = load_rule_file(str(rule_file))
     times = np.arange(0, sc.end_s * 1000 + 1, eval_interval_ms, dtype=np.int64)
-    run = rule_runner.run(groups, store, times, eval_interval_ms, order=order)
+    # as promtool runs them: every group at every step
+    run = rule_runner.run(groups, store, times, eval_interval_ms, order=order, cadence=False)
     timeline: Timeline = {}
     for tr in run.alerts:
         for k in np.nonzero(tr.states.firing)[0]:

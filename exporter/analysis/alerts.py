@@ -79,14 +79,15 @@ def evaluate(times: np.ndarray, active: np.ndarray, for_ms: int, keep_firing_for
 
 def every_interval(times: np.ndarray, group_ms: Optional[int], step_ms: int) -> Optional[np.ndarray]:
     """Where a group that runs every ``group_ms`` evaluates on a grid of ``times`` (every
-    ``step_ms``): the first time of each interval (a mask), or None where it runs at every step.
-    Prometheus offsets each group within its interval by a hash of its name and file; here every
-    group of one interval runs at the same times, so a slow group's evaluations fall within one
-    interval of Prometheus' own."""
-    if not group_ms or group_ms <= step_ms or len(times) == 0:
+    ``step_ms``): the first step of each of its intervals (a mask; a grid that starts inside an
+    interval waits for the next, as a Prometheus started then does), or None where it runs at every
+    step. Prometheus offsets each group within its interval by a hash of its name and file; here
+    every group of one interval runs at the same times, so a slow group's evaluations fall within
+    one interval of Prometheus' own."""
+    if not group_ms or group_ms <= step_ms:
         return None
-    slot = np.asarray(times, dtype=np.int64) // group_ms
-    return np.concatenate([[True], slot[1:] != slot[:-1]])
+    # t is the first step of its interval where the step before it (t - step) is in the one before
+    return np.asarray(times, dtype=np.int64) % group_ms < step_ms
 
 
 def evaluate_every(times: np.ndarray, active: np.ndarray, every: Optional[np.ndarray], for_ms: int,

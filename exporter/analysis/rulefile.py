@@ -47,7 +47,8 @@ class Group:
 def evaluation_step(groups: List[Group], default_ms: int) -> int:
     """How often a file's rules are evaluated: its most frequent group, a group without an interval
     of its own at ``default_ms`` (the file's or the SLO's); the pack's alerting group, beside its
-    views' group every 2 minutes, sets the step, not the views."""
+    slow alerts' and views' groups every 2 minutes, sets the step (``rulemanager`` runs those at
+    the first step of each of their intervals)."""
     return min((g.interval_ms or default_ms for g in groups), default=default_ms)
 
 

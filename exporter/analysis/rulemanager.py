@@ -95,11 +95,12 @@ def _as_vec(res, S: int) -> Vec:
 def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
         lookback_ms: int = DEFAULT_LOOKBACK_MS, left_open: bool = False, block_steps: int = 2880,
         progress: Optional[Callable[[int, int], None]] = None, order=None,
-        served: Optional[Callable[[Rule, np.ndarray], Optional[Vec]]] = None) -> Run:
-    """Evaluate every rule at every time in ``times``; recorded series go into ``store``.
-    ``served(rule, block)``, when given, may answer a rule's expression over a block of times
-    instead (a server's answer: ``remote.RuleServer``); where it returns None the rule is
-    evaluated here."""
+        served: Optional[Callable[[Rule, np.ndarray], Optional[Vec]]] = None, cadence: bool = True) -> Run:
+    """Evaluate every rule at every time in ``times`` (a group with a longer interval at the first
+    step of each of its intervals; ``cadence=False``: every group at every step, as promtool);
+    recorded series go into ``store``. ``served(rule, block)``, when given, may answer a rule's
+    expression over a block of times instead (a server's answer: ``remote.RuleServer``); where it
+    returns None the rule is evaluated here."""
     times = np.asarray(times, dtype=np.int64)
     flat: List[Tuple[Group, Rule]] = [(g, r) for g in groups for r in g.rules]
     rules = [r for _, r in flat]
@@ -112,7 +113,7 @@ def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
                             f"evaluating one step at a time")
     result.block_steps = block_steps
     shared = shared_subexpressions(rules)
-    every = {id(g): alerts.every_interval(times, g.interval_ms, interval_ms) for g in groups}
+    every = {id(g): alerts.every_interval(times, g.interval_ms, interval_ms) if cadence else None for g in groups}
     previous: Dict[int, set] = {i: set() for i in range(len(flat))}  # seriesInPreviousEval per rule
     tracks: Dict[Tuple[int, Labels], AlertTrack] = {}
     n = len(times)
@@ -130,8 +131,9 @@ def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
             if key not in evs:
                 evs[key] = Evaluator(store, at, interval_ms, lookback_ms, left_open, shared, order=order)
             try:
-                # (a server answers over the whole step grid: a slower group's rules are run here)
-                got = served(rule, at) if served is not None and mask is None else None
+                got = served(rule, block) if served is not None else None  # a server answers the whole grid
+                if got is not None and mask is not None:
+                    got = _columns(got, mask[a:b])
                 out = got if got is not None else _as_vec(evs[key].eval(rule.expr), len(at))
                 if rule.kind == "record":
                     _record(store, rule, out, at, previous, i)
@@ -150,6 +152,13 @@ def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
                                              track.rule.keep_firing_for_ms)
     result.alerts = sorted(tracks.values(), key=lambda t: (t.rule.name, t.labels))
     return result
+
+
+def _columns(vec: Vec, keep: np.ndarray) -> Vec:
+    """``vec`` at the steps where ``keep`` is true (a slower group's evaluations of a block)."""
+    K = vec.K[:, keep] if vec.K.ndim == 2 else vec.K
+    T = None if vec.T is None or vec.T.ndim != 2 else vec.T[:, keep]
+    return Vec(vec.labels, vec.V[:, keep], vec.P[:, keep], K, T)
 
 
 def _record(store: Store, rule: Rule, out: Vec, block: np.ndarray, previous: Dict[int, set], i: int) -> None:

@@ -220,9 +220,9 @@ class Stack:
     def settled_at(self, after: float = 0.0, scrapes: int = 4, timeout: float = 180.0, lag: float = 3.0,
                    diag=None) -> float:
         """A moment (Unix seconds) at which every target's last ``scrapes`` scrapes had all
-        succeeded and every rule group evaluated at the fastest interval (the alerting group; the
-        pack's slow alerts and views run every few minutes) had evaluated since: ask a query ``at`` it to read a
-        settled state. On a busy machine a scrape that times out writes ``up`` 0 and marks every
+        succeeded, and since which every rule group of the fastest interval has evaluated (the
+        alerting group; the pack's slow alerts and views run every few minutes): ask a query
+        ``at`` it to read a settled state. On a busy machine a scrape that times out writes ``up`` 0 and marks every
         series of its target stale until the next one, and a rule evaluated in that gap records
         nothing; a query at "now" can fall in such a gap, a query at this moment cannot. The
         moment is ``lag`` seconds in the past, so that a scrape still in flight (its samples are

@@ -13,12 +13,16 @@ Every rendered file holds up to three groups, in this order:
 
 A rule reads what a group before it wrote at most one evaluation interval ago, and never what a
 later group writes: a recording rule any fast alert needs, directly or through others, is in the
-alerting group whatever else reads it. An alert of the slow group becomes pending at most one
-``slow_interval`` after its condition holds and fires at most one more later; every page and
-every alert of the SLO's objectives waits less than ``slow_for`` and runs at every evaluation.
+alerting group whatever else reads it. An alert of the slow group becomes pending at its group's
+first evaluation after its condition holds (within one ``slow_interval``) and fires at the first
+one its ``for`` after that: a 15-minute wait becomes 16 to 18 minutes at 2m (15 to 15.5 at every
+30 s evaluation). Every page and every alert of the SLO's objectives waits less than ``slow_for``
+and runs at every evaluation.
 ``slow_interval: 0s`` keeps every alert in the alerting group, ``views_interval: 0s`` every view.
-promtool's unit tests (and the detection matrix, and ``backtest``) evaluate every group at their own
-step: the groups' conditions are what they prove, the slow group's added wait is bounded above.
+Where ``views_interval`` is 0s, the views run with the alerts: in the alerting group, or in the
+slow group where they read what it records. Prometheus, vmalert and the backtest engine
+(``backtest``, ``postmortem``, the detection matrix) run each group at its own interval; promtool's
+unit tests run every group at every step, so they prove the conditions, and the matrix the cadence.
 """
 
 from __future__ import annotations
@@ -56,12 +60,16 @@ def arrange(slo: Dict[str, Any], recordings: Sequence[Recording], alerts: Sequen
     fast_reads = needed(recordings, set().union(*(reads_of_alert(r) for _, r in fast)))
     slow_reads = needed(recordings, set().union(*(reads_of_alert(r) for _, r in slow))) - fast_reads
     out = Cadence(alerts=fast, slow_alerts=slow)
-    keep_views = seconds(slo["views_interval"]) > 0
+    own_group = seconds(slo["views_interval"]) > 0
     for r in recordings:
-        if r.record in fast_reads or (r.record not in slow_reads and not keep_views):
+        if r.record in fast_reads:
             out.recordings.append(r)
         elif r.record in slow_reads:
             out.slow_recordings.append(r)
-        else:
+        elif own_group:
             out.views.append(r)
+        elif needed(recordings, {r.record}) & slow_reads:
+            out.slow_recordings.append(r)  # a view kept with the alerts, reading what the slow group records
+        else:
+            out.recordings.append(r)
     return out

@@ -13,7 +13,7 @@ import yaml
 
 from conftest import ROOT
 from exporter.analysis.sources import expand_values, parse_series_labels
-from incident import BAD, EXPECTED_INCIDENT, ONSET, TOTAL, inputs
+from incident import BAD, EXPECTED_INCIDENT_BY_GROUPS, ONSET, TOTAL, inputs
 from promtsdb import prometheus_over
 from shared import main_for
 
@@ -40,7 +40,7 @@ def test_the_table_and_json_of_the_incident(capsys, incident_file, tmp_path):
                         "--json", str(tmp_path / "r.json"))
     assert rc == 0, err
     # the table: one row per alert series, the first firing after the onset as the scenario expects
-    for name, minutes in EXPECTED_INCIDENT.items():
+    for name, minutes in EXPECTED_INCIDENT_BY_GROUPS.items():
         row = next(line for line in out.splitlines() if line.startswith(name + " "))
         assert "pod=vllm-2" in row and f"+{minutes}m" in row, row
     assert "never fired" in out and "VLLMTargetDown" in out.split("never fired")[1]
@@ -55,7 +55,7 @@ def test_the_table_and_json_of_the_incident(capsys, incident_file, tmp_path):
         # firing until the end of the replay, after its for-duration pending
         assert a["episode_spans"][0]["end_ms"] == TOTAL * 60_000
         assert a["firing_seconds"] == (TOTAL * 60 - a["episode_spans"][0]["start_ms"] / 1000) + 60
-    assert first == EXPECTED_INCIDENT
+    assert first == EXPECTED_INCIDENT_BY_GROUPS
     # --json - prints only JSON on stdout
     rc, out, _ = _run(capsys, "--file", str(incident_file), "--step", "1m", "--json", "-")
     assert rc == 0 and json.loads(out)["onset"] is None
@@ -165,7 +165,7 @@ def test_a_real_prometheus_gives_the_same_report_as_the_file(capsys, tmp_path, i
         for a in json.loads(served)["alerts"]:
             m = a["first_firing_after_onset_seconds"] / 60
             first[a["alertname"]] = min(first.get(a["alertname"], m), m)
-        assert first == EXPECTED_INCIDENT
+        assert first == EXPECTED_INCIDENT_BY_GROUPS
 
 
 def test_a_record_shorter_than_one_step_is_refused_in_one_sentence_or_evaluated_with_a_shorter_step(capsys, tmp_path):

@@ -197,3 +197,11 @@ def test_a_slower_group_runs_once_an_interval_and_its_alerts_hold_their_state_be
     grid = np.arange(0, 600_001, 45_000, dtype=np.int64)
     assert (grid[alerts.every_interval(grid, slow, 45_000)] // 1000).tolist() == [0, 135, 270, 360, 495]
     assert alerts.every_interval(grid, 45_000, 45_000) is None and alerts.every_interval(grid, None, 45_000) is None
+    # a grid that starts inside an interval waits for the next one, as a Prometheus started then
+    late = np.arange(60_000, 300_001, 30_000, dtype=np.int64)
+    assert (late[alerts.every_interval(late, slow, 30_000)] // 1000).tolist() == [120, 240]
+    # promtool's way (cadence=False): every group at every step, the slow alert at +480 s as well
+    fresh = input_series_store([{"series": "x", "values": "0x9 1x30"}], step)
+    flat = rule_runner.run(groups, fresh, times, step, cadence=False)
+    assert {tr.alertname: int(times[np.argmax(tr.states.firing)]) // 1000 for tr in flat.alerts} == {
+        "Fast": 480, "Slow": 480}

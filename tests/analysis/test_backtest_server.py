@@ -19,7 +19,7 @@ from exporter.analysis.remote import Inliner, Unsupported
 from exporter.analysis.rulefile import groups_from_data
 from exporter.analysis.sources import input_series_store
 from exporter.harness.victoria import VictoriaMetrics, binary
-from incident import EXPECTED_INCIDENT, ONSET, TOTAL, inputs
+from incident import EXPECTED_INCIDENT_BY_GROUPS, ONSET, TOTAL, inputs
 from promtsdb import prometheus_over
 from shared import main_for
 from test_backtest_cli import BASE_S, openmetrics
@@ -87,7 +87,7 @@ def test_the_server_evaluated_backtest_gives_the_local_report_on_prometheus(caps
     for a in json.loads(served)["alerts"]:
         m = a["first_firing_after_onset_seconds"] / 60
         first[a["alertname"]] = min(first.get(a["alertname"], m), m)
-    assert first == EXPECTED_INCIDENT
+    assert first == EXPECTED_INCIDENT_BY_GROUPS
 
 
 def _episodes(report):

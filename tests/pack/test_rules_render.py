@@ -164,9 +164,9 @@ def test_every_slo_override_takes_effect(tmp_path):
         "                 annotations: {dashboard: https://grafana.example.org/d/vllm-overview}}\n")
     slo = load_slo(str(f))
     groups = yaml.safe_load(rules_mod.render_plain(slo))["groups"]
-    rules = groups[0]["rules"]
+    rules = [r for g in groups for r in g["rules"]]  # the alerting, slow alerts' and views' groups
     alerts = {r["alert"]: r for r in rules if "alert" in r}
-    assert "VLLMPrefixCacheHitRatioLow" not in alerts
+    assert "VLLMPrefixCacheHitRatioLow" not in alerts and "VLLMReplicaOutlier" in alerts
     t = alerts["VLLMTTFTHigh"]
     assert (t["for"], t["keep_firing_for"]) == ("7m", "20m")
     assert t["labels"] == {"severity": "critical", "team": "llm-serving", "pager": "primary"}

@@ -11,7 +11,7 @@ import yaml
 
 from exporter.pack.rules import rendered_files
 from exporter.runtime import config
-from exporter.slo import defaults, load_slo
+from exporter.slo import defaults, load_slo, seconds
 
 # every leaf changed, to values that occur nowhere among the defaults
 CHANGED = """
@@ -21,7 +21,7 @@ runbook_base_url: https://runbooks.example.org/llm
 evaluation_interval: 40s
 views_interval: 170s
 slow_interval: 190s
-slow_for: 69m
+slow_for: 59m
 windows: {rate: 4m, sustain: 90s, sidecar: 45s, queue_growth: 7m, hardware_errors: 13m, target_seen: 2h,
           startup: 19m, held_back: 100s, held_back_sparse: 11m, batch_peak: 20h, baseline: 36h, baseline_offset: 25m,
           baseline_edge: 50m, episode: 35m, episode_recent: 12m, preemptions: 6m,
@@ -148,6 +148,11 @@ def test_the_changed_values_reach_every_file(tmp_path):
     data = yaml.safe_load(rules)
     fors = {r["alert"]: r["for"] for r in data["groups"][0]["rules"] if "alert" in r}
     assert fors["VLLMKVCacheExhausted"] == "41m"
+    # the alerts that wait slow_for (59m) or longer run in the slow group, every slow_interval
+    slow = next(g for g in data["groups"] if g["name"].endswith("-slow"))
+    assert slow["interval"] == "190s" and all(seconds(r["for"]) >= 59 * 60 for r in slow["rules"] if "alert" in r)
+    assert "interval: 190s" in files["rules/vllm.vmalert.rules.yml"]
+    assert "interval: 190s" in files["deploy/kubernetes/base/prometheusrule.yaml"]
 
 
 def test_the_sidecar_reads_the_same_file(tmp_path):

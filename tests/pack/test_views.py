@@ -4,6 +4,7 @@ alert reads, every ``views_interval`` (exporter/pack/views.py)."""
 
 import re
 
+import pytest
 import yaml
 
 from conftest import ROOT
@@ -28,7 +29,7 @@ def test_no_alert_reads_a_view_and_the_views_are_the_dashboards_figures():
     for r in main:
         read = set(NAME.findall(r["expr"] + " ".join((r.get("annotations") or {}).values())))
         assert not read & views, (r.get("record") or r.get("alert"), read & views)
-    # what the capacity, cost and efficiency panels plot is there; every alert is in the alerting group
+    # what the capacity, cost and efficiency panels plot is there; no alert is in the views' group
     assert {"namespace_model:vllm_generation_tokens_headroom:ratio", "namespace_model:vllm_cost_per_hour:sum",
             "namespace_model:vllm_generation_tokens_per_joule:ratio_rate5m"} <= views
     assert not [r for r in groups[VIEWS_GROUP]["rules"] if "alert" in r]
@@ -102,3 +103,22 @@ def test_every_render_runs_each_group_at_its_interval_and_vmalert_the_alerts_at_
     # outlier's 15 minutes are 8 evaluations at 2m (and 9 to have held them), not 15 at 1m
     held = next(r for r in vm[1]["rules"] if r.get("record") == "alert:VLLMReplicaOutlier:held")["expr"]
     assert held == "count_over_time(alert:VLLMReplicaOutlier:condition[1020s]) >= 9"
+
+
+@pytest.mark.parametrize("slow, shown", [("2m", "2m"), ("2m", "0s"), ("0s", "2m"), ("0s", "0s")])
+def test_no_rule_reads_a_record_written_by_a_later_group_or_a_later_rule(slow, shown):
+    """Whatever the two intervals, every recorded series a rule reads (in its expression or an
+    annotation's query) is written before it: by an earlier group, or earlier in its own group."""
+    slo = load_slo(None)
+    slo["slow_interval"], slo["views_interval"] = slow, shown
+    groups = yaml.safe_load(rules_mod.render_plain(slo))["groups"]
+    assert [g["name"] for g in groups] == [n for n, on in ((GROUP, True), (SLOW_GROUP, slow != "0s"),
+                                                             (VIEWS_GROUP, shown != "0s")) if on]
+    every = {r["record"] for g in groups for r in g["rules"] if "record" in r}
+    written = set()
+    for g in groups:
+        for r in g["rules"]:
+            read = set(NAME.findall(r["expr"] + " ".join((r.get("annotations") or {}).values()))) & every
+            assert read <= written, (g["name"], r.get("record") or r.get("alert"), read - written)
+            if "record" in r:
+                written.add(r["record"])
