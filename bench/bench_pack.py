@@ -80,6 +80,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import phases  # noqa: E402
 from bench.pack_fleet import MODELS, Pod, PodSpec, fleet_specs, run_fleet  # noqa: E402,F401 (re-exported)
 from bench.pack_report import SECTION, SECTION_INTRO, report  # noqa: E402
 from exporter.harness.localstack import free_port  # noqa: E402
@@ -463,6 +464,28 @@ class RulePoller:
                     self.errors[r.get("name", "?")] = r.get("lastError", "")
 
 
+def place_groups(instances: List[Instance], work: Path, tick_s: float, say) -> Dict[str, Tuple[str, float]]:
+    """Each instance's rule file copied under a name that puts its first group (the alerting
+    group) at its own moment of every evaluation interval, spread over the interval in whole fleet
+    ticks (``phases``): {instance: (group, predicted offset)}. Without xxhash, nothing moves."""
+    ruled = [i for i in instances if i.rule_files]
+    if not phases.available():
+        say("  (xxhash missing: each group evaluates at the moment Prometheus hashes for it)")
+        return {}
+    out = {}
+    for inst, target in zip(ruled, phases.targets(len(ruled), EVAL_INTERVAL, tick_s)):
+        group = load_rules(inst.rule_files[0])[0]["_group"]
+        inst.rule_files = [phases.placed_copy(inst.rule_files[0], work / "rules" / inst.name, group, target,
+                                              EVAL_INTERVAL)] + inst.rule_files[1:]
+        out[inst.name] = (group, phases.group_offset_s(str(inst.rule_files[0]), group, EVAL_INTERVAL))
+    return out
+
+
+def _observed(inst: Instance, group: str) -> str:
+    seen = phases.observed(api(inst.url, "/api/v1/rules")["groups"], EVAL_INTERVAL).get(group)
+    return "-" if seen is None else f"{seen:.2f}"
+
+
 def load_average() -> Tuple[float, float, float]:
     return os.getloadavg()
 
@@ -483,11 +506,15 @@ def measure_run(scrape_s: float, args, say) -> dict:
         if len(pods) != args.pods:
             raise RuntimeError(f"the fleet did not start: see {work / 'fleet.log'}")
         say(f"scrape every {scrape_s:g} s: fleet of {len(pods)} pods up; starting {len(instances)} Prometheus")
+        placed = place_groups(instances, work, min(args.tick, scrape_s), say)
         start_instances(instances, pods, scrape_s, work, args.warmup, say)
         procs.extend(i.proc for i in instances)
         t_start = time.time()
         say(f"  warm-up {args.warmup:.0f} s (load average {load_average()[0]:.1f})")
         time.sleep(args.warmup)
+        if placed:
+            say("  alerting groups evaluated at (seconds into every interval, predicted / observed): " + ", ".join(
+                f"{i.name} {placed[i.name][1]:.2f} / {_observed(i, placed[i.name][0])}" for i in instances if i.name in placed))
         pollers = {i.name: RulePoller(i) for i in instances}
         before = {i.name: prom_metrics(i.url) for i in instances}
         load = [load_average()]

@@ -237,7 +237,7 @@ class Stack:
                 return None
             groups = http_get(self.prom_url + "/api/v1/rules")["data"]["groups"]
             fastest = min((g["interval"] for g in groups), default=0)
-            return at if all(_unix(g["lastEvaluation"]) > at for g in groups if g["interval"] == fastest) else None
+            return at if all(unix_time(g["lastEvaluation"]) > at for g in groups if g["interval"] == fastest) else None
 
         return wait_until(moment, timeout, every=0.5, what=f"{scrapes} good scrapes of every target in a row",
                           diag=diag or self.diag)
@@ -261,7 +261,7 @@ def _seconds(duration: str) -> float:
     raise ValueError(f"scrape interval {duration!r}: a number of ms, s or m")
 
 
-def _unix(rfc3339: str) -> float:
+def unix_time(rfc3339: str) -> float:
     """Prometheus' RFC 3339 time (nanoseconds; ``Z`` or an offset) in Unix seconds; 0 for Go's
     zero time (a rule group not evaluated yet)."""
     stamp, offset = rfc3339[:19], rfc3339[19:]
