@@ -512,9 +512,11 @@ def measure_run(scrape_s: float, args, say) -> dict:
         t_start = time.time()
         say(f"  warm-up {args.warmup:.0f} s (load average {load_average()[0]:.1f})")
         time.sleep(args.warmup)
-        if placed:
+        phase = {i.name: {"group": placed[i.name][0], "predicted": placed[i.name][1],
+                          "observed": _observed(i, placed[i.name][0])} for i in instances if i.name in placed}
+        if phase:
             say("  alerting groups evaluated at (seconds into every interval, predicted / observed): " + ", ".join(
-                f"{i.name} {placed[i.name][1]:.2f} / {_observed(i, placed[i.name][0])}" for i in instances if i.name in placed))
+                f"{name} {p['predicted']:.2f} / {p['observed']}" for name, p in phase.items()))
         pollers = {i.name: RulePoller(i) for i in instances}
         before = {i.name: prom_metrics(i.url) for i in instances}
         load = [load_average()]
@@ -531,7 +533,7 @@ def measure_run(scrape_s: float, args, say) -> dict:
         after = {i.name: prom_metrics(i.url) for i in instances}
         load.append(load_average())
         result = {"scrape_s": scrape_s, "eval_s": EVAL_INTERVAL, "pods": pods, "warmup_s": args.warmup,
-                  "measure_s": elapsed, "started": t_start,
+                  "measure_s": elapsed, "started": t_start, "phases": phase,
                   "load_1m": [la[0] for la in load], "instances": {}}
         for inst in instances:
             result["instances"][inst.name] = instance_result(inst, pollers[inst.name], before[inst.name],

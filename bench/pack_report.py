@@ -24,7 +24,11 @@ nobody waiting), so the 1-day, 3-day and 14-day reads read full windows from the
 "Samples read" is Prometheus' own count (`stats=all`), independent of how busy the machine is;
 times are not, and the load average is given beside them. The quiet lines and the table's last two
 columns come from the pass after the run: each rule asked of one Prometheus over the stored data
-with nothing else running (`bench/bench_rule_cost.py`).
+with nothing else running (`bench/bench_rule_cost.py`). Each instance's alerting group runs at its
+own moment of every 30 s, spread over the interval in whole ticks of the fleet (a copy of its rule
+file under a name whose hash puts it there: `bench/phases.py`), so that no two evaluate at once
+and each meets the fleet at the same point of its tick; left where Prometheus hashes them, the
+same rules measured up to 20 % apart between two instances of one run.
 
 What a user should expect: the recording rules add about as many series per pod as the
 "per pod" figure below (a pod that serves no traffic adds fewer: some rules record only where
@@ -84,6 +88,10 @@ def report(res: dict, say) -> None:
                                  for name, r in inst.items())
         + " (the slowest target's longest scrape: "
         f"{max((r.get('scrape_duration_p99_of_max_s') or 0) for r in inst.values()):.2f} s).")
+    if res.get("phases"):
+        say("Each instance's alerting group evaluated at its own moment of every interval (seconds into it, "
+            "predicted / observed): " + ", ".join(f"{name} {p['predicted']:.2f} / {p['observed']}"
+                                                  for name, p in res["phases"].items()) + ".")
     for name, r in inst.items():
         if not any(x["kind"] == "record" for x in r.get("rules", [])):
             continue
