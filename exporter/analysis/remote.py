@@ -99,9 +99,12 @@ class Inliner:
                               "rule: the server path cannot inline it (use --engine local)")
         self.step = format_duration(step_ms)
         self.defs: Dict[str, List[Rule]] = {}
-        for r in rules:
-            if r.kind == "record":
-                self.defs.setdefault(r.name, []).append(r)
+        self.every: Dict[str, str] = {}  # a recorded name's step: its group's, where that is slower
+        for g in groups:
+            for r in g.rules:
+                if r.kind == "record":
+                    self.defs.setdefault(r.name, []).append(r)
+                    self.every[r.name] = format_duration(max(step_ms, g.interval_ms or 0))
         self._cache: Dict[Tuple[str, int], str] = {}
 
     def text(self, e: Expr) -> str:
@@ -118,9 +121,11 @@ class Inliner:
         if isinstance(e, MatrixSelector):
             if self._recorded(e.selector) is None:
                 return e
+            name = self._recorded(e.selector)
             inner = self._instant(replace(e.selector, offset_ms=0))
             off = f" offset {format_duration(e.selector.offset_ms)}" if e.selector.offset_ms else ""
-            return _Raw(f"{inner}[{format_duration(e.range_ms)}:{self.step}]{off}", "matrix")
+            # the samples the rule would have written: one per evaluation of its group
+            return _Raw(f"{inner}[{format_duration(e.range_ms)}:{self.every.get(name, self.step)}]{off}", "matrix")
         if isinstance(e, SubqueryExpr):
             return replace(e, expr=self.tx(e.expr))
         if isinstance(e, Call):

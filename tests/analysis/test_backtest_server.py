@@ -56,6 +56,12 @@ def test_the_inliner_replaces_every_kind_of_reference_to_a_recorded_series():
     assert 'and on (job) label_replace(vector(1), "job", "api", "", "")' in text
     assert 'unless on (job) label_replace(vector(1), "job", "batch", "", "")' in text  # != drops that value
     parse(text)  # what is sent is PromQL
+    # a series recorded by a slower group is read over a range at that group's step (its samples)
+    slow = groups_from_data([{"name": "g", "rules": [{"record": "job:x:rate5m", "expr": "sum by (job) (rate(x[5m]))"}]},
+                             {"name": "s", "interval": "2m", "rules": [{"record": "job:x:slow", "expr": "job:x:rate5m"}]},
+                             {"name": "a", "rules": [{"alert": "C", "expr": "count_over_time(job:x:slow[1h]) > 0"}]}],
+                            "<test>")
+    assert "[1h:2m]" in Inliner(slow, 30_000).text(slow[2].rules[0].expr)
     with pytest.raises(Unsupported, match="later rule"):
         Inliner(_groups([{"alert": "B", "expr": "a:b:c > 0"}, {"record": "a:b:c", "expr": "vector(1)"}]), 30_000)
     with pytest.raises(Unsupported, match="regex"):
