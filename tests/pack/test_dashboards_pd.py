@@ -99,9 +99,10 @@ def test_the_pd_panels_and_alerts_on_vllm_033_pages(tmp_path):
 
             def active():
                 # a target whose scrape did fail (a scrape timing out on a busy machine: every second
-                # here) is rightly down to TargetDown, which reads the targets seen within the hour;
-                # every other TargetDown (a sleeping engine's above all) is a wrong one
-                failed = {r["metric"].get("pod") for r in st.query("min_over_time(up[2m]) == 0")}
+                # here), or whose page the sidecar failed to read (its own read timing out), is rightly
+                # down to TargetDown; every other TargetDown (a sleeping engine's above all) is a wrong one
+                failed = {r["metric"].get("pod") for r in st.query(
+                    'min_over_time(up[2m]) == 0 or min_over_time(vllm_sidecar_target_up{target="vllm"}[2m]) == 0')}
                 return {(a["labels"]["alertname"], a["labels"].get("pod", ""), a["labels"].get("signal", ""))
                         for a in st.alerts() if a["labels"]["alertname"] in ours
                         and not (a["labels"]["alertname"] == "VLLMTargetDown" and a["labels"].get("pod") in failed)}
