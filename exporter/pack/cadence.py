@@ -31,7 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence, Tuple
 
 from ..slo import seconds
+from .alerts import keyed_alert_rules
+from .context import Ctx
 from .recorded import Recording
+from .recording import recording_rules
+from .runbooks import act_steps
 from .views import needed, reads_of_alert
 
 Keyed = Tuple[str, Dict[str, Any]]  # an alert's key under ``alerts:`` and its rule
@@ -73,3 +77,12 @@ def arrange(slo: Dict[str, Any], recordings: Sequence[Recording], alerts: Sequen
         else:
             out.recordings.append(r)
     return out
+
+
+def of_slo(slo: Dict[str, Any]) -> Cadence:
+    """The whole pack of one SLO file arranged: every enabled alert (its runbook's steps in it
+    where the SLO names no runbook URL) and every recording rule. What every rendered file
+    (``rules``, ``vmalert``) starts from."""
+    c = Ctx(slo)
+    steps = act_steps(slo) if not slo["runbook_base_url"] else {}
+    return arrange(slo, recording_rules(c), keyed_alert_rules(c, steps))

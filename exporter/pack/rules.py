@@ -14,11 +14,9 @@ import os
 from typing import Any, Dict, List
 
 from . import cadence
-from .alerts import keyed_alert_rules
 from .context import Ctx, le_for  # noqa: F401 - le_for is part of this module's interface
-from .recording import recording_rules
 from .ruleyaml import GROUP, SLOW_GROUP, VIEWS_GROUP, dump
-from .runbooks import act_steps, render_runbooks
+from .runbooks import render_runbooks
 from .vmalert import VMALERT_PATH, render_vmalert
 
 PLAIN_PATH = os.path.join("rules", "vllm.rules.yml")
@@ -32,9 +30,7 @@ def render_groups(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
     results would depend on which group ran first). Then, every ``slow_interval``, the alerts that
     wait ``slow_for`` or longer with the recording rules only they read, and every
     ``views_interval`` the views: the rules no alert reads (``cadence``)."""
-    c = Ctx(slo)
-    steps = act_steps(slo) if not slo["runbook_base_url"] else {}
-    groups = cadence.arrange(slo, recording_rules(c), keyed_alert_rules(c, steps))
+    groups = cadence.of_slo(slo)
     common = slo["labels"]
     out = [{"name": GROUP, "rules": [r.as_rule(common) for r in groups.recordings] + [a for _, a in groups.alerts]}]
     if groups.slow_alerts:

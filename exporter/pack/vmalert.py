@@ -37,11 +37,7 @@ from typing import Any, Dict, List, Optional
 
 from ..slo import seconds
 from . import cadence
-from .alerts import keyed_alert_rules
-from .context import Ctx
-from .recording import recording_rules
 from .ruleyaml import GROUP, SLOW_GROUP, VIEWS_GROUP, dump
-from .runbooks import act_steps
 
 VMALERT_PATH = "rules/vllm.vmalert.rules.yml"
 
@@ -99,9 +95,7 @@ def render_vmalert_groups(slo: Dict[str, Any], interval: Optional[str] = None) -
     ``views_interval`` (as ``rules.render_groups``); each alert's helpers count its own group's
     evaluations."""
     interval = interval or slo["evaluation_interval"]
-    c = Ctx(slo)
-    steps = act_steps(slo) if not slo["runbook_base_url"] else {}
-    groups = cadence.arrange(slo, recording_rules(c), keyed_alert_rules(c, steps))
+    groups = cadence.of_slo(slo)
     common = slo["labels"]
 
     def rules_of(recordings, keyed, every: str) -> List[Dict[str, Any]]:
