@@ -141,8 +141,10 @@ def kv_transfer(c: Ctx) -> List[Recording]:
         Recording(n["transferred"], _sidecar_or(c, "vllm_sidecar_prompt_tokens_transferred_ratio",
                                                 f"{ext_raw}\n/ on ({by})\n({every} > 0)")),
         # vLLM's own counter for every pod: no sidecar series tells a local prefix-cache hit (a
-        # healthy decode instance's warm cache) from a prompt computed again (a failed transfer)
-        Recording(n["recomputed"], f"{local}\n/ on ({by})\n(({local} + on ({by}) {ext}) > 0)"),
+        # healthy decode instance's warm cache) from a prompt computed again (a failed transfer).
+        # local / (local + transferred), written to read each source once: none computed locally is
+        # 0 (1 / +Inf), neither is no share (NaN, which no comparison keeps)
+        Recording(n["recomputed"], f"1 / (1 + {ext}\n/ on ({by})\n{local}) >= 0"),
     ]
 
 

@@ -342,3 +342,24 @@ def test_a_planned_decode_capacity_decides_whether_decode_has_room(tmp_path, pla
     tests = [case(side_fleet(lambda m: 8 if m >= 5 else 0, lambda m: 0), [at(25, alert, *want)])]
     r = run_promtool(tmp_path, tests, rules_path=rules, alerts=[alert])
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_recomputed_share_is_local_over_local_and_transferred(tmp_path):
+    """``namespace_pod_model:vllm_prompt_tokens_recomputed:ratio_rate5m``, written to read each
+    source once (1 / (1 + transferred / local)): 30 local tokens a minute beside 90 transferred is
+    0.25; none local beside some transferred is 0 (1 / +Inf); all local is 1; a pod whose prompts
+    came from neither (no tokens at all) has no share (NaN is dropped)."""
+    from promseries import RULES
+
+    name = "namespace_pod_model:vllm_prompt_tokens_recomputed:ratio_rate5m"
+    per_minute = {"vllm-a": (30, 90), "vllm-b": (0, 60), "vllm-c": (50, 0), "vllm-d": (0, 0)}
+    inputs = [series("vllm:prompt_tokens_by_source_total", {**vllm_labels(pod=pod, model_name=MODEL), "source": src},
+                     counter(lambda m, r=rate: r, N))
+              for pod, rates in per_minute.items()
+              for src, rate in zip(("local_compute", "external_kv_transfer"), rates)]
+    want = {"vllm-a": 0.25, "vllm-b": 0, "vllm-c": 1}
+    tests = [{"interval": "1m", "input_series": inputs, "promql_expr_test": [{
+        "expr": name, "eval_time": "20m",
+        "exp_samples": [{"labels": fmt_series(name, W(pod)), "value": v} for pod, v in want.items()]}]}]
+    r = run_promtool(tmp_path, tests, rules_path=RULES)
+    assert r.returncode == 0, r.stdout + r.stderr
