@@ -49,8 +49,9 @@ def rule_file(alerts: int, interval: int, pack_alert: str = "VLLMTTFTHigh") -> d
                 if r.get("alert") == pack_alert)
     expr = "(" + " or ".join(f'label_replace(vector({i}), "pod", "p{i}", "", "")' for i in range(1, alerts + 1)) + ") > 0"
     shapes: Dict[str, Optional[dict]] = {"record": None, "bare": {}}
-    shapes.update({k: {k: pack["annotations"][k]} for k in KEYS})
-    shapes["all four"] = {k: pack["annotations"][k] for k in KEYS}
+    text = {k: pack["annotations"].get(k, k) for k in KEYS}  # (no runbook steps where a runbook_base_url is set)
+    shapes.update({k: {k: text[k]} for k in KEYS})
+    shapes["all four"] = dict(text)
     shapes["four one-letter"] = {"a": "a", "b": "b", "c": "c", "d": "d"}
     groups = []
     for name, ann in shapes.items():
