@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # computes, so three workers keep two cores busy
 TEST_WORKERS ?= 3
 
-.PHONY: run demo top test e2e-perf venv deps rules docs bench bench-listener bench-pack detection clean
+.PHONY: run demo top test e2e-perf venv deps rules docs bench bench-listener bench-pack bench-annotations detection clean
 
 $(VPY): pyproject.toml scripts/kubectl-requirements.txt
 	@command -v $(PY) >/dev/null 2>&1 || { echo "make: $(PY) not found: install Python 3.10+ (apt-get install python3 python3-venv)" >&2; exit 1; }
@@ -86,6 +86,10 @@ bench-listener: $(VPY)
 # per scrape interval, 15 s and 5 s; ARGS="--scrape 15 --variant before=OLD.rules.yml" compares a change)
 bench-pack: $(VPY) deps
 	$(VPY) bench/bench_pack.py --write docs/performance.md $(ARGS)
+
+# what an active alert's annotations cost Prometheus at every evaluation (about 4 minutes)
+bench-annotations: $(VPY) deps
+	$(VPY) bench/bench_annotations.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
