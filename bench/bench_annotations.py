@@ -3,7 +3,8 @@
     python bench/bench_annotations.py [--alerts 60] [--interval 5] [--samples 30] [--json FILE]
 
 Prometheus expands every label and annotation template of every pending or firing alert at every
-evaluation of its group, one template expander each, whatever the text holds. ``bench_pack.py``'s
+evaluation of its group, one template expander each (and a description's ``query`` runs its query
+there; the text timed here has none, so for such an alert the figures are a lower bound). ``bench_pack.py``'s
 live group time holds that; ``bench_rule_cost.py``'s quiet figures do not (they ask each
 expression alone). Here one Prometheus (the installed one, no scrape targets, no data) evaluates
 groups of one rule each, every ``--interval`` seconds, each rule the same expression returning
@@ -49,9 +50,11 @@ def rule_file(alerts: int, interval: int, pack_alert: str = "VLLMTTFTHigh") -> d
                 if r.get("alert") == pack_alert)
     expr = "(" + " or ".join(f'label_replace(vector({i}), "pod", "p{i}", "", "")' for i in range(1, alerts + 1)) + ") > 0"
     shapes: Dict[str, Optional[dict]] = {"record": None, "bare": {}}
-    text = {k: pack["annotations"].get(k, k) for k in KEYS}  # (no runbook steps where a runbook_base_url is set)
-    shapes.update({k: {k: text[k]} for k in KEYS})
-    shapes["all four"] = dict(text)
+    missing = [k for k in KEYS if k not in pack["annotations"]]
+    if missing:  # e.g. no runbook steps: the file was rendered with a runbook_base_url
+        raise SystemExit(f"{PACK}: {pack_alert} has no {', '.join(missing)} annotation to time")
+    shapes.update({k: {k: pack["annotations"][k]} for k in KEYS})
+    shapes["all four"] = {k: pack["annotations"][k] for k in KEYS}
     shapes["four one-letter"] = {"a": "a", "b": "b", "c": "c", "d": "d"}
     groups = []
     for name, ann in shapes.items():
