@@ -100,11 +100,14 @@ def test_the_pd_panels_and_alerts_on_vllm_033_pages(tmp_path):
             def active():
                 # a target whose scrape did fail (a scrape timing out on a busy machine: every second
                 # here), or whose page the sidecar failed to read (its own read timing out), is rightly
-                # down to TargetDown; every other TargetDown (a sleeping engine's above all) is a wrong one
+                # down to TargetDown; every other TargetDown (a sleeping engine's above all) is a wrong one.
+                # The alerts are read first: a scrape failing between the two reads would otherwise make
+                # an alert the failures read before it do not know
+                alerts = st.alerts()
                 failed = {r["metric"].get("pod") for r in st.query(
                     'min_over_time(up[2m]) == 0 or min_over_time(vllm_sidecar_target_up{target="vllm"}[2m]) == 0')}
                 return {(a["labels"]["alertname"], a["labels"].get("pod", ""), a["labels"].get("signal", ""))
-                        for a in st.alerts() if a["labels"]["alertname"] in ours
+                        for a in alerts if a["labels"]["alertname"] in ours
                         and not (a["labels"]["alertname"] == "VLLMTargetDown" and a["labels"].get("pod") in failed)}
 
             wait_until(lambda: active() >= expected, 30, every=1, what="the transfer alerts", diag=st.diag)
