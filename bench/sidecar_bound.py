@@ -41,9 +41,8 @@ def bounded(rules: dict, series: Dict[str, int], above: int, alerts_too: bool) -
         for r in group["rules"]:
             name = r.get("record") or r.get("alert")
             selected = max((n for rid, n in series.items() if rid == name or rid.startswith(name + "{")), default=0)
-            if selected <= above or ("alert" in r and not alerts_too):
-                continue
-            if "record" in r and not r["record"].startswith("namespace_pod_model:") and not alerts_too:
+            per_pod_record = str(r.get("record", "")).startswith("namespace_pod_model:")
+            if selected <= above or not (alerts_too or per_pod_record):
                 continue
             level = "model_name" if str(r.get("record", "")).startswith("namespace_model:") else "pod, model_name"
             r["expr"] = ONE_READ.format(level=level) + (" > 2" if "alert" in r else "")
