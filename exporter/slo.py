@@ -393,6 +393,8 @@ SCHEMA: Dict[str, Check] = {
     "sidecar_target_label": _label_name_or_empty,
     "evaluation_interval": _duration,
     "views_interval": _duration_or_zero,
+    "steady_interval": _duration_or_zero,
+    "steady_for": _duration,
     "slow_interval": _duration_or_zero,
     "slow_for": _duration,
     "runbook_base_url": _url,

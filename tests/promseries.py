@@ -22,16 +22,17 @@ RULES = ROOT / "rules" / "vllm.rules.yml"
 
 
 def pack_in_one_group(tmp: Path) -> Path:
-    """The committed pack with its views and slow alerts in the alerting group
-    (``views_interval: 0s``, ``slow_interval: 0s``): the same rules, the same expressions, in one
-    group. For a Prometheus that evaluates every second and is asked within a minute, where the
-    views' and the slow alerts' own groups (every 2 minutes) may not have run yet. (promtool runs
+    """The committed pack with its views, steady and slow alerts in the alerting group
+    (``views_interval``, ``steady_interval``, ``slow_interval``: 0s): the same rules, the same
+    expressions, in one group. For a Prometheus that evaluates every second and is asked within a
+    minute, where the views' and the slower alerts' own groups (every 1 or 2 minutes) may not have
+    run yet. (promtool runs
     take the committed file, its groups in file order: ``in_file_order``.)"""
     from exporter.pack.rules import render_plain
     from exporter.slo import load_slo
 
     slo = load_slo(str(ROOT / "rules" / "slo.yaml"))
-    slo["views_interval"] = slo["slow_interval"] = "0s"
+    slo["views_interval"] = slo["steady_interval"] = slo["slow_interval"] = "0s"
     path = tmp / "vllm.one-group.rules.yml"
     path.write_text(render_plain(slo))
     return path
@@ -209,8 +210,9 @@ def rules_for(alerts: Sequence[str], rules_path: Path = RULES) -> dict:
 
 def in_file_order(rules_path: Path) -> Dict[str, List[str]]:
     """promtool's ``group_eval_order`` for a file of several groups: its groups in file order at each
-    evaluation (the alerting group, then the slow alerts' and the views' groups that read it). Without it promtool runs the
-    groups in no fixed order, and a view reads this evaluation's figures or the last's."""
+    evaluation (the alerting group, then the steady and slow alerts' and the views' groups that read
+    it). Without it promtool runs the groups in no fixed order, and a view reads this evaluation's
+    figures or the last's."""
     names = [g["name"] for g in (yaml.safe_load(Path(rules_path).read_text()) or {}).get("groups", [])]
     return {"group_eval_order": names} if len(names) > 1 else {}
 

@@ -7,7 +7,7 @@ a threshold itself; it asks the context, so changing the SLO file changes every 
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Tuple
 
 from ..slo import seconds
 from .names import Names, grouping, model_labels, outer_labels
@@ -124,12 +124,19 @@ class Ctx:
         instances, a replica of role both with the others of role both)."""
         return f"{self.per_model}, role"
 
+    @property
+    def vllm_rates(self) -> Tuple[str, ...]:
+        """The per-replica recorded rates made of vLLM's own counters alone (no sidecar series)."""
+        return (self.rec("vllm_generation_tokens", "rate"), self.rec("vllm_long_prompt_requests", "rate"))
+
     def with_role(self, per_replica: str, from_vllm: bool = False) -> str:
         """A per-replica-and-model expression with its replica's ``role`` label added (the role rule
         says ``both`` where the pod has no role series; ``both`` too where the rule has no series
-        yet). ``from_vllm``: the expression divides by vLLM's running requests, so every replica it
-        has is one the role rule has (vLLM's running requests within the rate window) and the join
-        alone does, without the fallback that reads the expression a second time."""
+        yet). ``from_vllm``: the expression is a rate of vLLM's own counters over the rate window
+        (``vllm_rates``) or divides by vLLM's running requests, so every replica it has is one the
+        role rule has (vLLM's running requests within the rate window: a page that gave the counters
+        gave them too) and the join alone does, without the fallback that reads the expression a
+        second time."""
         # an expression of several terms is joined as a whole (``a - b * on ...`` would join b alone)
         x = per_replica
         if "\n" in per_replica:

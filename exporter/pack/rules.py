@@ -1,5 +1,5 @@
 """The rendered rule files: the alerting group (recording rules and the alerts that read them), the
-slow alerts' group and the views' group (``cadence``), as a plain Prometheus rule file and as a
+steady and the slow alerts' groups and the views' group (``cadence``), as a plain Prometheus rule file and as a
 PrometheusRule.
 
 ``write_all(slo, out_dir)`` writes ``rules/vllm.rules.yml``, its vmalert form
@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 
 from . import cadence
 from .context import Ctx, le_for  # noqa: F401 - le_for is part of this module's interface
-from .ruleyaml import GROUP, SLOW_GROUP, VIEWS_GROUP, dump
+from .ruleyaml import GROUP, SLOW_GROUP, STEADY_GROUP, VIEWS_GROUP, dump
 from .runbooks import render_runbooks
 from .vmalert import VMALERT_PATH, render_vmalert
 
@@ -27,12 +27,16 @@ def render_groups(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
     """The alerting group: the recording rules its alerts read, then the alerts. Rules of a group
     are evaluated in order at the same timestamp, so an alert always reads this evaluation's
     recorded values; across two groups it could read the previous interval's (and promtool's
-    results would depend on which group ran first). Then, every ``slow_interval``, the alerts that
-    wait ``slow_for`` or longer with the recording rules only they read, and every
-    ``views_interval`` the views: the rules no alert reads (``cadence``)."""
+    results would depend on which group ran first). Then, every ``steady_interval`` and every
+    ``slow_interval``, the alerts that wait ``steady_for`` and ``slow_for`` or longer with the
+    recording rules only they read, and every ``views_interval`` the views: the rules no alert
+    reads (``cadence``)."""
     groups = cadence.of_slo(slo)
     common = slo["labels"]
     out = [{"name": GROUP, "rules": [r.as_rule(common) for r in groups.recordings] + [a for _, a in groups.alerts]}]
+    if groups.steady_alerts:
+        out.append({"name": STEADY_GROUP, "interval": slo["steady_interval"],
+                    "rules": [r.as_rule(common) for r in groups.steady_recordings] + [a for _, a in groups.steady_alerts]})
     if groups.slow_alerts:
         out.append({"name": SLOW_GROUP, "interval": slo["slow_interval"],
                     "rules": [r.as_rule(common) for r in groups.slow_recordings] + [a for _, a in groups.slow_alerts]})

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 GROUP = "vllm-sidecar-exporter"
+STEADY_GROUP = "vllm-sidecar-exporter-steady"  # the alerts that wait steady_for or longer (cadence)
 SLOW_GROUP = "vllm-sidecar-exporter-slow"  # the alerts that wait slow_for or longer (cadence)
 VIEWS_GROUP = "vllm-sidecar-exporter-views"  # the rules no alert reads (views)
 

@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional
 
 from ..slo import seconds
 from . import cadence
-from .ruleyaml import GROUP, SLOW_GROUP, VIEWS_GROUP, dump
+from .ruleyaml import GROUP, SLOW_GROUP, STEADY_GROUP, VIEWS_GROUP, dump
 
 VMALERT_PATH = "rules/vllm.vmalert.rules.yml"
 
@@ -91,7 +91,8 @@ def to_vmalert(groups: List[Dict[str, Any]], interval: str = "1m") -> List[Dict[
 
 def render_vmalert_groups(slo: Dict[str, Any], interval: Optional[str] = None) -> List[Dict[str, Any]]:
     """The pack for vmalert, its alerting group evaluated every ``interval`` (default: the SLO's
-    evaluation_interval), the slow alerts' group every ``slow_interval`` and the views' group every
+    evaluation_interval), the steady and the slow alerts' groups every ``steady_interval`` and
+    ``slow_interval``, and the views' group every
     ``views_interval`` (as ``rules.render_groups``); each alert's helpers count its own group's
     evaluations."""
     interval = interval or slo["evaluation_interval"]
@@ -105,6 +106,9 @@ def render_vmalert_groups(slo: Dict[str, Any], interval: Optional[str] = None) -
         return out
 
     out = [{"name": GROUP, "interval": interval, "rules": rules_of(groups.recordings, groups.alerts, interval)}]
+    if groups.steady_alerts:
+        out.append({"name": STEADY_GROUP, "interval": slo["steady_interval"],
+                    "rules": rules_of(groups.steady_recordings, groups.steady_alerts, slo["steady_interval"])})
     if groups.slow_alerts:
         out.append({"name": SLOW_GROUP, "interval": slo["slow_interval"],
                     "rules": rules_of(groups.slow_recordings, groups.slow_alerts, slo["slow_interval"])})

@@ -168,7 +168,8 @@ def busy_fleet(new_pod_tokens_per_min, minutes=DAY_B + 30):
         new = i == 3
         v, s = vllm_labels(pod=pod), sidecar_labels(pod=pod)
         alive = (lambda m: m >= DAY_B) if new else (lambda m: True)
-        out += [series("vllm:generation_tokens_total", v,
+        out += [series("vllm:num_requests_running", v, gauge(lambda m, a=alive: 8 if a(m) else None, minutes)),
+                series("vllm:generation_tokens_total", v,
                        [x if alive(m) else None for m, x in enumerate(counter(
                            lambda m, new=new, alive=alive: (new_pod_tokens_per_min if new else 60000) if alive(m) else 0,
                            minutes))]),
@@ -214,16 +215,20 @@ CASES["VLLMEngineStalled"] = [
 
 
 DAY = 24 * 60
+# vLLM's running requests, on every page that has its counters and histograms: the role rule reads
+# them (and a replica's rates join its role without a second read)
+RUNNING_DAY = [series("vllm:num_requests_running", V, gauge(lambda m: 4, DAY + 40))]
 CASES["VLLMLongPromptSurge"] = [
     # a day of normal traffic (one long prompt every 10 minutes), then a client floods 8,000-token prompts
-    case(prompts_series(DAY + 40, lambda m: 30 if m <= DAY else 60,
-                        lambda m: (1 if m % 10 == 0 else 0) if m <= DAY else 30, V),
+    case(RUNNING_DAY + prompts_series(DAY + 40, lambda m: 30 if m <= DAY else 60,
+                                      lambda m: (1 if m % 10 == 0 else 0) if m <= DAY else 30, V),
          [quiet(DAY, "VLLMLongPromptSurge"),
           at(DAY + 8, "VLLMLongPromptSurge", expect("VLLMLongPromptSurge", W, "500m", evidence=["50%", "3.333m"]))]),
     # the same steady day continues: quiet
-    case(prompts_series(DAY + 40, lambda m: 30, lambda m: 1 if m % 10 == 0 else 0, V), [quiet(DAY + 30, "VLLMLongPromptSurge")]),
+    case(RUNNING_DAY + prompts_series(DAY + 40, lambda m: 30, lambda m: 1 if m % 10 == 0 else 0, V),
+         [quiet(DAY + 30, "VLLMLongPromptSurge")]),
     # a replica whose normal traffic is full of long prompts (a document service) stays quiet
-    case(prompts_series(DAY + 40, lambda m: 30, lambda m: 12, V), [quiet(DAY + 30, "VLLMLongPromptSurge")]),
+    case(RUNNING_DAY + prompts_series(DAY + 40, lambda m: 30, lambda m: 12, V), [quiet(DAY + 30, "VLLMLongPromptSurge")]),
 ]
 
 CASES["VLLMQueueBuildup"] = [

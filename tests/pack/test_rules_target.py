@@ -15,7 +15,7 @@ def test_rules_target_vmalert_prints_the_shipped_file(capsys):
     assert out == render_vmalert(load_slo(None)) == (ROOT / "rules" / "vllm.vmalert.rules.yml").read_text()
     doc = yaml.safe_load(out)
     rules = [r for g in doc["groups"] for r in g["rules"]]
-    assert [g["interval"] for g in doc["groups"]] == ["1m", "2m", "2m"]  # alerting, slow alerts, views
+    assert [g["interval"] for g in doc["groups"]] == ["1m", "1m", "2m", "2m"]  # alerting, steady and slow alerts, views
     kff = {k for k, v in load_slo(None)["alerts"].items() if v.get("keep_firing_for", "0s") not in ("0s", "0m")}
     helpers = {r["record"].split(":")[1] for r in rules if r.get("record", "").startswith("alert:")}
     assert helpers == kff  # one set of helpers per alert that keeps firing, named by its key
@@ -28,7 +28,10 @@ def test_rules_target_vmalert_prints_the_shipped_file(capsys):
 def test_rules_target_vmalert_interval_and_a_bad_one(capsys):
     assert main(["rules", "--target", "vmalert", "--interval", "30s"]) == 0
     doc = yaml.safe_load(capsys.readouterr().out)
-    held = next(r for r in doc["groups"][0]["rules"] if r.get("record") == "alert:VLLMTTFTHigh:held")["expr"]
-    assert doc["groups"][0]["interval"] == "30s" and held.endswith("[615s]) >= 21")
+    held = next(r for r in doc["groups"][0]["rules"] if r.get("record") == "alert:VLLMQueueBuildup:held")["expr"]
+    assert doc["groups"][0]["interval"] == "30s" and held.endswith("[315s]) >= 11")  # for 5m at 30 s
+    # the steady group keeps its own interval: TTFT's 10 minutes are 11 evaluations at 1m whatever --interval says
+    held = next(r for r in doc["groups"][1]["rules"] if r.get("record") == "alert:VLLMTTFTHigh:held")["expr"]
+    assert doc["groups"][1]["interval"] == "1m" and held.endswith("[630s]) >= 11")
     assert main(["rules", "--target", "vmalert", "--interval", "soon"]) == 2
     assert "--interval" in capsys.readouterr().err

@@ -20,6 +20,8 @@ replica_labels: [cluster, namespace, pod]
 runbook_base_url: https://runbooks.example.org/llm
 evaluation_interval: 40s
 views_interval: 170s
+steady_interval: 85s
+steady_for: 57m
 slow_interval: 190s
 slow_for: 59m
 windows: {rate: 4m, sustain: 90s, sidecar: 45s, queue_growth: 7m, hardware_errors: 13m, target_seen: 2h,
@@ -151,6 +153,9 @@ def test_the_changed_values_reach_every_file(tmp_path):
     # the alerts that wait slow_for (59m) or longer run in the slow group, every slow_interval
     slow = next(g for g in data["groups"] if g["name"].endswith("-slow"))
     assert slow["interval"] == "190s" and all(seconds(r["for"]) >= 59 * 60 for r in slow["rules"] if "alert" in r)
+    steady = [g for g in data["groups"] if g["name"].endswith("-steady")]
+    assert all(g["interval"] == "85s" for g in steady)
+    assert all(57 * 60 <= seconds(r["for"]) < 59 * 60 for g in steady for r in g["rules"] if "alert" in r)
     assert "interval: 190s" in files["rules/vllm.vmalert.rules.yml"]
     assert "interval: 190s" in files["deploy/kubernetes/base/prometheusrule.yaml"]
 

@@ -1,6 +1,7 @@
-"""The pack's three groups (exporter/pack/cadence.py): the alerting group at every evaluation, the
-alerts that wait ``slow_for`` or longer every ``slow_interval``, and the views, the recording rules no
-alert reads, every ``views_interval`` (exporter/pack/views.py)."""
+"""The pack's four groups (exporter/pack/cadence.py): the alerting group at every evaluation, the
+alerts that wait ``steady_for`` or longer every ``steady_interval``, those that wait ``slow_for`` or
+longer every ``slow_interval``, and the views, the recording rules no alert reads, every
+``views_interval`` (exporter/pack/views.py)."""
 
 import re
 
@@ -9,7 +10,7 @@ import yaml
 
 from conftest import ROOT
 from exporter.pack import rules as rules_mod
-from exporter.pack.ruleyaml import GROUP, SLOW_GROUP, VIEWS_GROUP
+from exporter.pack.ruleyaml import GROUP, SLOW_GROUP, STEADY_GROUP, VIEWS_GROUP
 from exporter.slo import load_slo, seconds
 
 NAME = re.compile(r"[A-Za-z_][\w]*:[\w:]*[\w]")
@@ -21,10 +22,10 @@ def _groups(text):
 
 def test_no_alert_reads_a_view_and_the_views_are_the_dashboards_figures():
     groups = _groups((ROOT / rules_mod.PLAIN_PATH).read_text())
-    assert list(groups) == [GROUP, SLOW_GROUP, VIEWS_GROUP]
+    assert list(groups) == [GROUP, STEADY_GROUP, SLOW_GROUP, VIEWS_GROUP]
     assert groups[VIEWS_GROUP]["interval"] == load_slo(None)["views_interval"] == "2m"
     views = {r["record"] for r in groups[VIEWS_GROUP]["rules"]}
-    main = groups[GROUP]["rules"] + groups[SLOW_GROUP]["rules"]
+    main = groups[GROUP]["rules"] + groups[STEADY_GROUP]["rules"] + groups[SLOW_GROUP]["rules"]
     # nothing of the alerting group (recording rules, alerts, their annotations' queries) names a view
     for r in main:
         read = set(NAME.findall(r["expr"] + " ".join((r.get("annotations") or {}).values())))
@@ -52,9 +53,8 @@ def test_the_slow_group_holds_the_alerts_that_wait_slow_for_and_what_only_they_r
     # every alert of the slow group waits 15 minutes or more; every other one less, the pages first
     assert all(seconds(r["for"]) >= 900 for r in slow if "alert" in r)
     assert all(seconds(r["for"]) < 900 for r in fast if "alert" in r)
-    assert {"VLLMKVCacheExhausted", "VLLMTTFTHigh", "VLLMTTFTMeanHigh", "VLLMInterTokenLatencyHigh",
-            "VLLMPreemptionsSustained", "VLLMGPUBusyLowThroughput", "VLLMCorruptedRequests"} <= {
-        r["alert"] for r in fast if "alert" in r}
+    assert {"VLLMKVCacheExhausted", "VLLMPreemptionsSustained", "VLLMGPUBusyLowThroughput",
+            "VLLMCorruptedRequests", "VLLMTargetDown", "VLLMLongPromptSurge"} <= {r["alert"] for r in fast if "alert" in r}
     # the ticket-level burn is slow, the page stays at every evaluation
     burns = {(g, r["labels"]["severity"]) for g in (GROUP, SLOW_GROUP) for r in groups[g]["rules"]
              if r.get("alert") == "VLLMErrorBudgetBurn"}
@@ -66,15 +66,48 @@ def test_the_slow_group_holds_the_alerts_that_wait_slow_for_and_what_only_they_r
     for r in fast:
         read = set(NAME.findall(r["expr"] + " ".join((r.get("annotations") or {}).values())))
         assert not read & slow_records, (r.get("record") or r.get("alert"), read & slow_records)
+    # ... and what the steady group records (the TTFT p95 of the replica its outlier compares,
+    # recorded for the steady TTFT alert)
     assert "namespace_pod_model:vllm_time_to_first_token_seconds:histogram_quantile5m" in {
-        r["record"] for r in fast if "record" in r}
+        r["record"] for r in groups[STEADY_GROUP]["rules"] if "record" in r}
+
+
+def test_the_steady_group_holds_the_alerts_that_wait_steady_for_and_no_page():
+    slo = load_slo(None)
+    groups = _groups((ROOT / rules_mod.PLAIN_PATH).read_text())
+    assert groups[STEADY_GROUP]["interval"] == slo["steady_interval"] == "1m" and slo["steady_for"] == "10m"
+    fast, steady = groups[GROUP]["rules"], groups[STEADY_GROUP]["rules"]
+    alerts = {(r["alert"], r["labels"]["severity"]) for r in steady if "alert" in r}
+    assert {a for a, _ in alerts} == {
+        "VLLMTTFTHigh", "VLLMTTFTMeanHigh", "VLLMInterTokenLatencyHigh", "VLLMErrorRatioHigh", "VLLMSidecarInputMissing",
+        "GPUThermalThrottling", "VLLMKVTransferSlow", "VLLMKVLeasesExpiring", "VLLMDisaggregationImbalance"}
+    # each waits 10 to 15 minutes (its evaluation interval a tenth of its wait at most); no page is here
+    assert all(600 <= seconds(r["for"]) < 900 for r in steady if "alert" in r)
+    assert all(seconds(r["for"]) < 600 for r in fast if "alert" in r)
+    assert {s for _, s in alerts} == {"warning"}
+    # the error ratio's warning (10 minutes) is steady, its page (2 minutes) at every evaluation
+    ratio = {(g, r["labels"]["severity"]) for g in (GROUP, STEADY_GROUP) for r in groups[g]["rules"]
+             if r.get("alert") == "VLLMErrorRatioHigh"}
+    assert ratio == {(GROUP, "critical"), (STEADY_GROUP, "warning")}
+    # the steady group records what only its alerts read (the TTFT p95 and mean, the ITL mean, the
+    # P/D sides); nothing of the alerting group reads those
+    records = {r["record"] for r in steady if "record" in r}
+    assert {"namespace_pod_model:vllm_time_to_first_token_seconds:mean5m",
+            "namespace_pod_model:vllm_inter_token_latency_seconds:mean5m", "namespace_model:vllm_side_load:ratio"} <= records
+    for r in fast:
+        read = set(NAME.findall(r["expr"] + " ".join((r.get("annotations") or {}).values())))
+        assert not read & records, (r.get("record") or r.get("alert"), read & records)
 
 
 def test_a_zero_interval_keeps_the_same_rules_in_fewer_groups():
     slo = load_slo(None)
-    three = _groups(rules_mod.render_plain(slo))
+    four = _groups(rules_mod.render_plain(slo))
     key = lambda rs: sorted(yaml.safe_dump(r, sort_keys=True) for r in rs)  # noqa: E731
-    every = key([r for g in three.values() for r in g["rules"]])
+    every = key([r for g in four.values() for r in g["rules"]])
+    slo["steady_interval"] = "0s"
+    three = _groups(rules_mod.render_plain(slo))
+    assert list(three) == [GROUP, SLOW_GROUP, VIEWS_GROUP] and key([r for g in three.values() for r in g["rules"]]) == every
+    assert three[SLOW_GROUP] == four[SLOW_GROUP]
     slo["slow_interval"] = "0s"
     two = _groups(rules_mod.render_plain(slo))
     assert list(two) == [GROUP, VIEWS_GROUP] and key(two[GROUP]["rules"] + two[VIEWS_GROUP]["rules"]) == every
@@ -96,24 +129,26 @@ def test_every_render_runs_each_group_at_its_interval_and_vmalert_the_alerts_at_
 
     operator = yaml.safe_load((ROOT / rules_mod.OPERATOR_PATH).read_text())["spec"]["groups"]
     vm = yaml.safe_load((ROOT / VMALERT_PATH).read_text())["groups"]
-    assert [(g["name"], g.get("interval")) for g in operator] == [(GROUP, None), (SLOW_GROUP, "2m"), (VIEWS_GROUP, "2m")]
-    assert [(g["name"], g["interval"]) for g in vm] == [(GROUP, "1m"), (SLOW_GROUP, "2m"), (VIEWS_GROUP, "2m")]
-    assert {r["record"] for r in vm[2]["rules"]} == {r["record"] for r in operator[2]["rules"]}
+    assert [(g["name"], g.get("interval")) for g in operator] == [
+        (GROUP, None), (STEADY_GROUP, "1m"), (SLOW_GROUP, "2m"), (VIEWS_GROUP, "2m")]
+    assert [(g["name"], g["interval"]) for g in vm] == [
+        (GROUP, "1m"), (STEADY_GROUP, "1m"), (SLOW_GROUP, "2m"), (VIEWS_GROUP, "2m")]
+    assert {r["record"] for r in vm[3]["rules"]} == {r["record"] for r in operator[3]["rules"]}
     # vmalert's stand-ins for keep_firing_for count the evaluations of their own group: the
     # outlier's 15 minutes are 8 evaluations at 2m (and 9 to have held them), not 15 at 1m
-    held = next(r for r in vm[1]["rules"] if r.get("record") == "alert:VLLMReplicaOutlier:held")["expr"]
+    held = next(r for r in vm[2]["rules"] if r.get("record") == "alert:VLLMReplicaOutlier:held")["expr"]
     assert held == "count_over_time(alert:VLLMReplicaOutlier:condition[1020s]) >= 9"
 
 
-@pytest.mark.parametrize("slow, shown", [("2m", "2m"), ("2m", "0s"), ("0s", "2m"), ("0s", "0s")])
-def test_no_rule_reads_a_record_written_by_a_later_group_or_a_later_rule(slow, shown):
-    """Whatever the two intervals, every recorded series a rule reads (in its expression or an
+@pytest.mark.parametrize("steady, slow, shown", [(a, b, c) for a in ("1m", "0s") for b in ("2m", "0s") for c in ("2m", "0s")])
+def test_no_rule_reads_a_record_written_by_a_later_group_or_a_later_rule(steady, slow, shown):
+    """Whatever the three intervals, every recorded series a rule reads (in its expression or an
     annotation's query) is written before it: by an earlier group, or earlier in its own group."""
     slo = load_slo(None)
-    slo["slow_interval"], slo["views_interval"] = slow, shown
+    slo["steady_interval"], slo["slow_interval"], slo["views_interval"] = steady, slow, shown
     groups = yaml.safe_load(rules_mod.render_plain(slo))["groups"]
-    assert [g["name"] for g in groups] == [n for n, on in ((GROUP, True), (SLOW_GROUP, slow != "0s"),
-                                                             (VIEWS_GROUP, shown != "0s")) if on]
+    assert [g["name"] for g in groups] == [n for n, on in ((GROUP, True), (STEADY_GROUP, steady != "0s"),
+                                                             (SLOW_GROUP, slow != "0s"), (VIEWS_GROUP, shown != "0s")) if on]
     every = {r["record"] for g in groups for r in g["rules"] if "record" in r}
     written = set()
     for g in groups:

@@ -141,11 +141,12 @@ def test_the_pack_on_vmalert_fires_promtools_episodes(tmp_path):
     from incident import inputs as pack_inputs
 
     # the shipped vmalert file's rules (rules --target vmalert), every alert at the replay's one
-    # interval: the replay runs every stage as one group (victoria.replay_staged), so the slow
-    # alerts are rendered into the alerting group here (slow_interval: 0s), their helpers counting
-    # 1-minute evaluations; the slow group's own helpers count 2-minute ones (test_views)
+    # interval: the replay runs every stage as one group (victoria.replay_staged), so the steady and
+    # slow alerts are rendered into the alerting group here (steady_interval, slow_interval: 0s),
+    # their helpers counting 1-minute evaluations; the slow group's own helpers count 2-minute ones
+    # (test_views)
     slo = load_slo(None)
-    slo["slow_interval"] = "0s"
+    slo["steady_interval"] = slo["slow_interval"] = "0s"
     vm_doc = yaml.safe_load(render_vmalert(slo))
     for busy in (False, True):
         inputs = pack_inputs(busy_day=busy)
