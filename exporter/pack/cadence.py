@@ -24,13 +24,15 @@ after its condition holds (within one interval) and fires at the first one its `
 a 15-minute wait becomes 16 to 18 minutes at 2m (15 to 15.5 at every 30 s evaluation), a 10-minute
 wait 10 to 11 minutes at 1m: a tenth of the wait at most. Every page waits less than
 ``steady_for`` and runs at every evaluation. Where Prometheus evaluates every ``steady_interval``
-or less often anyway (the SLO's evaluation_interval of 1m), the steady group changes nothing but
-its name; at 30 s, it halves what those alerts' rules cost.
+or less often anyway (the SLO's evaluation_interval of 1m), the steady alerts run as often as
+before, reading the alerting group's records up to one evaluation old; at 30 s, the steady group
+halves what those alerts' rules cost.
 ``slow_interval: 0s`` keeps every slow alert in the group before it, ``steady_interval: 0s`` every
 steady one in the alerting group, ``views_interval: 0s`` every view.
 Where ``views_interval`` is 0s, the views run with the alerts: in the alerting group, or in the
-slow group where they read what it records. Prometheus, vmalert and the backtest engine
-(``backtest``, ``postmortem``, the detection matrix) run each group at its own interval; promtool's
+steady or the slow group where they read what that group records (the later of the two).
+Prometheus, vmalert and the backtest engine (``backtest``, ``postmortem``, the detection matrix)
+run each group at its own interval; promtool's
 unit tests run every group at every step, so they prove the conditions, and the matrix the cadence.
 """
 

@@ -59,8 +59,8 @@ def test_the_slow_group_holds_the_alerts_that_wait_slow_for_and_what_only_they_r
     burns = {(g, r["labels"]["severity"]) for g in (GROUP, SLOW_GROUP) for r in groups[g]["rules"]
              if r.get("alert") == "VLLMErrorBudgetBurn"}
     assert burns == {(GROUP, "critical"), (SLOW_GROUP, "warning")}
-    # no rule of the alerting group reads what the slow group records; the slow group reads the
-    # alerting group's records (the TTFT p95 its outlier compares) and records what only it reads
+    # no rule of the alerting group reads what the slow group records; the slow group reads what
+    # the groups before it recorded (the TTFT p95 its outlier compares) and records what only it reads
     slow_records = {r["record"] for r in slow if "record" in r}
     assert "namespace_pod_model:vllm_time_to_first_token_seconds_p95:ratio_to_peer_median" in slow_records
     for r in fast:
