@@ -509,6 +509,22 @@ def _set(slo: Dict[str, Any], path: str, value: Any) -> None:
     cur[parts[-1]] = value
 
 
+LOOKBACK_S = 300.0  # Prometheus' lookback: an instant read finds a sample at most this old
+
+
+def _check_cadence(slo: Dict[str, Any]) -> None:
+    """The groups' intervals: each under Prometheus' lookback (a later group, or a dashboard,
+    reading a record written less often would find none between two evaluations), and the steady
+    alerts' wait shorter than the slow ones' (else the steady group would never hold an alert)."""
+    for key in ("steady_interval", "slow_interval", "views_interval"):
+        if seconds(slo[key]) >= LOOKBACK_S:
+            raise ConfigError(f"{key}: {slo[key]} must be under 5m (Prometheus' lookback: what this group "
+                              "records would be missing between two of its evaluations)")
+    if seconds(slo["steady_interval"]) > 0 and seconds(slo["slow_interval"]) > 0 \
+            and seconds(slo["steady_for"]) >= seconds(slo["slow_for"]):
+        raise ConfigError(f"steady_for: {slo['steady_for']} must be shorter than slow_for ({slo['slow_for']})")
+
+
 def validate_slo(slo: Dict[str, Any]) -> Dict[str, Any]:
     """Check every key of a complete SLO (defaults already merged in); returns it normalised."""
     for path, check in SCHEMA.items():
@@ -519,6 +535,7 @@ def validate_slo(slo: Dict[str, Any]) -> Dict[str, Any]:
         _set(slo, path, check(value, path))
     if slo["kv_cache"]["critical"] < slo["kv_cache"]["warn"]:
         raise ConfigError("kv_cache.critical: must not be below kv_cache.warn")
+    _check_cadence(slo)
     taken = set(slo["replica_labels"]) | set(slo["outer_labels"]) | {"job", "instance", "engine"}
     if slo["sidecar_target_label"] in taken:
         # the raw path reads only series where this label is empty: one every series has empties nothing

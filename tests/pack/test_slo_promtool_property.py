@@ -207,6 +207,9 @@ def test_near_misses_that_are_fine_render_rules_promtool_accepts(tmp_path):
     ({"sidecar_target_label": "pod"}, "sidecar_target_label: pod already names targets or replicas"),
     ({"sidecar_target_label": "instance"}, "sidecar_target_label: instance already names targets or replicas"),
     ({"sidecar_target_label": "has-dash"}, "sidecar_target_label: expected a label name"),
+    ({"steady_interval": "5m"}, "steady_interval: 5m must be under 5m"),
+    ({"views_interval": "10m"}, "views_interval: 10m must be under 5m"),
+    ({"steady_for": "15m"}, "steady_for: 15m must be shorter than slow_for (15m)"),
 ])
 def test_a_bad_value_is_refused_in_one_line_naming_the_key(tmp_path, doc, message):
     f = tmp_path / "slo.yaml"
