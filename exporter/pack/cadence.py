@@ -46,6 +46,7 @@ from .alerts import keyed_alert_rules
 from .context import Ctx
 from .recorded import Recording
 from .recording import recording_rules
+from .ruleyaml import SLOW_GROUP, STEADY_GROUP, VIEWS_GROUP
 from .runbooks import act_steps
 from .views import needed, reads_of_alert
 
@@ -62,6 +63,14 @@ class Cadence:
     slow_recordings: List[Recording] = field(default_factory=list)
     slow_alerts: List[Keyed] = field(default_factory=list)
     views: List[Recording] = field(default_factory=list)
+
+    def later(self, slo: Dict[str, Any]) -> List[Tuple[str, str, List[Recording], List[Keyed]]]:
+        """The groups after the alerting group that hold rules, in order: (name, interval, recording
+        rules, alerts). What every rendered file (``rules``, ``vmalert``) writes after the first."""
+        groups = [(STEADY_GROUP, "steady_interval", self.steady_recordings, self.steady_alerts, bool(self.steady_alerts)),
+                  (SLOW_GROUP, "slow_interval", self.slow_recordings, self.slow_alerts, bool(self.slow_alerts)),
+                  (VIEWS_GROUP, "views_interval", self.views, [], bool(self.views))]
+        return [(name, slo[key], recordings, alerts) for name, key, recordings, alerts, held in groups if held]
 
 
 def tier(slo: Dict[str, Any], rule: Dict[str, Any]) -> str:
@@ -99,12 +108,10 @@ def arrange(slo: Dict[str, Any], recordings: Sequence[Recording], alerts: Sequen
             out.slow_recordings.append(r)
         elif own_group:
             out.views.append(r)
-        elif needed(recordings, {r.record}) & slow_reads:
-            out.slow_recordings.append(r)  # a view kept with the alerts, reading what the slow group records
-        elif needed(recordings, {r.record}) & steady_reads:
-            out.steady_recordings.append(r)  # ... or what the steady group records
-        else:
-            out.recordings.append(r)
+        else:  # a view kept with the alerts: in the latest group whose records it reads
+            reaches = needed(recordings, {r.record})
+            (out.slow_recordings if reaches & slow_reads else
+             out.steady_recordings if reaches & steady_reads else out.recordings).append(r)
     return out
 
 

@@ -80,7 +80,7 @@ def by_role(c: Ctx, per_replica: str) -> str:
     the tokens per running request in ``recording.kv_and_queue``), every other series is joined here."""
     n = names(c)
     labelled = (n["sidecar_long"], n["sidecar_long_slow"], c.rec("vllm_generation_tokens_per_running_request", "rate"))
-    return per_replica if per_replica in labelled else c.with_role(per_replica, from_vllm=per_replica in c.vllm_rates)
+    return per_replica if per_replica in labelled else c.with_role(per_replica)
 
 
 def inputs(c: Ctx) -> List[Recording]:
@@ -149,7 +149,7 @@ def normals(c: Ctx) -> List[Recording]:
                   long_normal(c.rec("vllm_long_prompt_requests", "rate"),
                               c.mrec("vllm_long_prompt_requests_per_replica", "rate"))),
         # the busy throughput a replica of its model and role normally makes, beside each replica
-        Recording(n["busy_normal"], f"{c.with_role(c.rec('vllm_generation_tokens', 'rate'), from_vllm=True)} * 0\n"
+        Recording(n["busy_normal"], f"{c.with_role(c.rec('vllm_generation_tokens', 'rate'))} * 0\n"
                                     f"+ on ({g}) group_left ()\n(\n{indent(busy)}\n)"),
         Recording(n["hit_normal"], history_normal(c, c.mrec("vllm_prefix_cache_hit", "ratio_rate"))),
     ]

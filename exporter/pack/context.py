@@ -132,10 +132,10 @@ class Ctx:
     def with_role(self, per_replica: str, from_vllm: bool = False) -> str:
         """A per-replica-and-model expression with its replica's ``role`` label added (the role rule
         says ``both`` where the pod has no role series; ``both`` too where the rule has no series
-        yet). ``from_vllm``: the expression is a rate of vLLM's own counters over the rate window
-        (``vllm_rates``) or divides by vLLM's running requests, so every replica it has is one the
+        yet). A rate of vLLM's own counters over the rate window (``vllm_rates``), or with
+        ``from_vllm`` an expression that divides by vLLM's running requests, has only replicas the
         role rule has (vLLM's running requests within the rate window: a page that gave the counters
-        gave them too) and the join alone does, without the fallback that reads the expression a
+        gave them too), so the join alone does, without the fallback that reads the expression a
         second time."""
         # an expression of several terms is joined as a whole (``a - b * on ...`` would join b alone)
         x = per_replica
@@ -143,7 +143,7 @@ class Ctx:
             x = f"(\n{indent(per_replica, 4)}\n  )"
         elif " " in per_replica:
             x = f"({per_replica})"
-        if from_vllm:
+        if from_vllm or per_replica in self.vllm_rates:
             return f"(\n  {x}\n  * on ({self.per_replica}) group_left (role)\n  {self.role}\n)"
         return (f"(\n  {x}\n  * on ({self.per_replica}) group_left (role)\n  {self.role}\n"
                 f"  or on ({self.per_replica})\n"

@@ -243,7 +243,7 @@ def fleet_normal(c: Ctx) -> List[Recording]:
     busy = c.slo["gpu_busy_low"]["busy_utilization"]
     return [
         Recording(c.mrec("vllm_long_prompt_requests_per_replica", "rate"),
-                  f"avg by ({g}) {c.with_role(c.rec('vllm_long_prompt_requests', 'rate'), from_vllm=True)}"),
+                  f"avg by ({g}) {c.with_role(c.rec('vllm_long_prompt_requests', 'rate'))}"),
         # the same from the sidecars' own windows (their threshold is long_prompt.tokens exactly,
         # the rules' is vLLM's bucket bound at or above it: each is compared with its own kind)
         Recording(c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"),
@@ -252,7 +252,7 @@ def fleet_normal(c: Ctx) -> List[Recording]:
         Recording(c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "rate"),
                   f"avg by ({g}) ({conditions.by_role(c, n['sidecar_long_slow'])})"),
         Recording(c.mrec("vllm_generation_tokens_per_busy_replica", "rate"),
-                  f"avg by ({g}) (\n  {c.with_role(c.rec('vllm_generation_tokens', 'rate'), from_vllm=True)}\n"
+                  f"avg by ({g}) (\n  {c.with_role(c.rec('vllm_generation_tokens', 'rate'))}\n"
                   f"  and on ({c.per_pod})\n"
                   f"  ({n['gpu_busy']} >= {busy})\n)"),
         Recording(c.mrec("vllm_prefix_cache_hit", "ratio_rate"),

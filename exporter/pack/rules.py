@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 
 from . import cadence
 from .context import Ctx, le_for  # noqa: F401 - le_for is part of this module's interface
-from .ruleyaml import GROUP, SLOW_GROUP, STEADY_GROUP, VIEWS_GROUP, dump
+from .ruleyaml import GROUP, dump
 from .runbooks import render_runbooks
 from .vmalert import VMALERT_PATH, render_vmalert
 
@@ -34,15 +34,8 @@ def render_groups(slo: Dict[str, Any]) -> List[Dict[str, Any]]:
     groups = cadence.of_slo(slo)
     common = slo["labels"]
     out = [{"name": GROUP, "rules": [r.as_rule(common) for r in groups.recordings] + [a for _, a in groups.alerts]}]
-    if groups.steady_alerts:
-        out.append({"name": STEADY_GROUP, "interval": slo["steady_interval"],
-                    "rules": [r.as_rule(common) for r in groups.steady_recordings] + [a for _, a in groups.steady_alerts]})
-    if groups.slow_alerts:
-        out.append({"name": SLOW_GROUP, "interval": slo["slow_interval"],
-                    "rules": [r.as_rule(common) for r in groups.slow_recordings] + [a for _, a in groups.slow_alerts]})
-    if groups.views:
-        out.append({"name": VIEWS_GROUP, "interval": slo["views_interval"], "rules": [r.as_rule(common) for r in groups.views]})
-    return out
+    return out + [{"name": name, "interval": every, "rules": [r.as_rule(common) for r in recordings] + [a for _, a in alerts]}
+                  for name, every, recordings, alerts in groups.later(slo)]
 
 
 HEADER = ("# Rendered by `vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .` from the SLO file.\n"

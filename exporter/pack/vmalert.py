@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional
 
 from ..slo import seconds
 from . import cadence
-from .ruleyaml import GROUP, SLOW_GROUP, STEADY_GROUP, VIEWS_GROUP, dump
+from .ruleyaml import GROUP, dump
 
 VMALERT_PATH = "rules/vllm.vmalert.rules.yml"
 
@@ -106,15 +106,8 @@ def render_vmalert_groups(slo: Dict[str, Any], interval: Optional[str] = None) -
         return out
 
     out = [{"name": GROUP, "interval": interval, "rules": rules_of(groups.recordings, groups.alerts, interval)}]
-    if groups.steady_alerts:
-        out.append({"name": STEADY_GROUP, "interval": slo["steady_interval"],
-                    "rules": rules_of(groups.steady_recordings, groups.steady_alerts, slo["steady_interval"])})
-    if groups.slow_alerts:
-        out.append({"name": SLOW_GROUP, "interval": slo["slow_interval"],
-                    "rules": rules_of(groups.slow_recordings, groups.slow_alerts, slo["slow_interval"])})
-    if groups.views:
-        out.append({"name": VIEWS_GROUP, "interval": slo["views_interval"], "rules": rules_of(groups.views, [], "1m")})
-    return out
+    return out + [{"name": name, "interval": every, "rules": rules_of(recordings, alerts, every)}
+                  for name, every, recordings, alerts in groups.later(slo)]
 
 
 VM_HEADER = ("# Rendered by `vllm-sidecar-exporter rules --slo rules/slo.yaml --out-dir .` from the SLO file,\n"
