@@ -29,9 +29,12 @@ Each query covers ``chunk_ms`` of the grid (at most ``MAX_POINTS`` evaluations: 
 refuses more than 11,000 points per series), so one query's samples stay within the server's
 limits (``--query.max-samples``); a query the server still finds too big (its timeout, its
 samples per query) is halved and sent again, down to one evaluation (``promapi.query_range_split``).
-The server's API answers are read in one place, ``promapi``. Rules that read their own or a later rule's output (evaluated
-one step at a time locally) and selectors by a regex on the name of a recorded series cannot be
-inlined: ``Unsupported`` says which; the local engine handles them.
+The server's API answers are read in one place, ``promapi``. A later rule's output (a baseline
+the slow group records for the alerting group) is inlined as any other: the expression at the
+evaluation itself, where the local engine reads what that rule recorded before it, up to one of
+its group's intervals old. Rules that read their own output, directly or through others
+(evaluated one step at a time locally), and selectors by a regex on the name of a recorded series
+cannot be inlined: ``Unsupported`` says which; the local engine handles them.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from .promql.durations import format_duration
 from .promql.labels import Labels, make
 from .promql.vector import Vec, build
 from .rulefile import Group, Rule, fill_label_template
-from .rulemanager import AlertTrack, Run, forward_references
+from .rulemanager import AlertTrack, Run, circular_reads
 from .series import Store
 
 MAX_POINTS = 11_000  # Prometheus' limit of points per series in one query_range answer
@@ -92,11 +95,11 @@ class Inliner:
 
     def __init__(self, groups: Sequence[Group], step_ms: int) -> None:
         rules = [r for g in groups for r in g.rules]
-        fwd = forward_references(rules)
+        fwd = circular_reads(rules)
         if fwd:
             reader, writer = fwd[0]
-            raise Unsupported(f"{reader.kind} {reader.name!r} reads {writer.name!r}, recorded by itself or a later "
-                              "rule: the server path cannot inline it (use --engine local)")
+            raise Unsupported(f"{reader.kind} {reader.name!r} reads {writer.name!r}, recorded by itself or a rule "
+                              "that reads it: the server path cannot inline it (use --engine local)")
         self.step = format_duration(step_ms)
         self.defs: Dict[str, List[Rule]] = {}
         self.every: Dict[str, str] = {}  # a recorded name's step: its group's, where that is slower

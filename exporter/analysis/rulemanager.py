@@ -10,14 +10,19 @@ at this one gets a stale marker now (``seriesInPreviousEval``), so it disappears
 of lingering for the lookback delta. Alerting rules feed the state machine in ``alerts``.
 
 The evaluation is vectorized over blocks of evaluation times (a day of 30-second steps by
-default): each rule is evaluated for the whole block before the next rule. That is exact as long
-as no rule reads a series recorded by itself or by a later rule (it would need that rule's
-result at earlier times of the same block); such rule sets are detected and run one evaluation
-at a time, which is exact but slow.
+default): each rule is evaluated for the whole block before the next rule. A rule that reads what
+a later rule records (later in its group, or in a later group: a baseline the slow group records
+for the alerting group) sees, at each evaluation, only what that rule wrote before it (as
+Prometheus' rule manager and promtool, which run it first): the writer is evaluated for the block
+first (``evaluation_order``) and the reader sees its series up to just before each evaluation
+(``Evaluator``'s ``lagged``). That is exact as long as no rule reads, directly or through others,
+what it records itself (it would need its own result at earlier times of the same block); such
+rule sets are detected and run one evaluation at a time, which is exact but slow.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
@@ -64,16 +69,70 @@ class Run:
     alertnames: List[str] = field(default_factory=list)  # every alert the rules define
 
 
-def forward_references(rules: List[Rule]) -> List[Tuple[Rule, Rule]]:
-    """Pairs (reader, writer) where a rule reads a name recorded by itself or a later rule."""
+def _reads(rules: List[Rule]) -> List[List[int]]:
+    """For each rule, the indices of the recording rules whose names it reads (itself included)."""
     out = []
-    for j, r in enumerate(rules):
+    for r in rules:
         sels = [MatcherSet(n.matchers) for n in walk(r.expr) if isinstance(n, VectorSelector)]
-        for w in rules[j:]:
-            if w.kind == "record" and any(m.matches_name(w.name) for m in sels):
-                out.append((r, w))
-                break
+        out.append([i for i, w in enumerate(rules) if w.kind == "record" and any(m.matches_name(w.name) for m in sels)])
     return out
+
+
+def evaluation_order(rules: List[Rule]) -> Optional[List[int]]:
+    """The rules' indices in an order where every recording rule comes before the rules that read
+    it, otherwise in file order; None where a rule reads, directly or through others, what it
+    records itself (no such order exists)."""
+    reads = _reads(rules)
+    waits = [set(ws) for ws in reads]
+    if any(i in ws for i, ws in enumerate(waits)):
+        return None
+    for j, ws in enumerate(reads):  # a name recorded both before a reader and after it: no order serves both
+        before = {rules[w].name for w in ws if w < j}
+        if any(rules[w].name in before for w in ws if w > j):
+            return None
+    readers: Dict[int, List[int]] = {}
+    for i, ws in enumerate(waits):
+        for w in ws:
+            readers.setdefault(w, []).append(i)
+    ready = [i for i, ws in enumerate(waits) if not ws]
+    heapq.heapify(ready)
+    order: List[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in readers.get(i, []):
+            waits[j].discard(i)
+            if not waits[j]:
+                heapq.heappush(ready, j)
+    return order if len(order) == len(rules) else None
+
+
+def forward_references(rules: List[Rule]) -> List[Tuple[Rule, Rule]]:
+    """Pairs (reader, writer) where a rule reads a name recorded by itself or a later rule (the
+    reads ``run`` evaluates lagged: what the writer recorded before that evaluation)."""
+    out = []
+    for j, ws in enumerate(_reads(rules)):
+        later = [w for w in ws if w >= j]
+        if later:
+            out.append((rules[j], rules[later[0]]))
+    return out
+
+
+def lagged_names(rules: List[Rule]) -> List[FrozenSet[str]]:
+    """For each rule, the names it reads that only rules at or after it record: what it sees of
+    them at an evaluation is what they recorded before it."""
+    reads = _reads(rules)
+    return [frozenset(rules[w].name for w in ws if w >= j and not any(k < j for k in ws if rules[k].name == rules[w].name))
+            for j, ws in enumerate(reads)]
+
+
+def circular_reads(rules: List[Rule]) -> List[Tuple[Rule, Rule]]:
+    """The forward references that no evaluation order can serve: empty where ``evaluation_order``
+    finds one, else the first forward reference (a rule reading its own output, or a cycle)."""
+    if evaluation_order(rules) is not None:
+        return []
+    own = [(r, w) for r, w in forward_references(rules) if r is w]
+    return own[:1] or forward_references(rules)[:1]
 
 
 def shared_subexpressions(rules: List[Rule]) -> FrozenSet[str]:
@@ -105,12 +164,14 @@ def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
     flat: List[Tuple[Group, Rule]] = [(g, r) for g in groups for r in g.rules]
     rules = [r for _, r in flat]
     result = Run(times, interval_ms, store, alertnames=sorted({r.name for r in rules if r.kind == "alert"}))
-    fwd = forward_references(rules)
-    if fwd:
+    sequence = evaluation_order(rules)
+    if sequence is None:
         block_steps = 1
-        reader, writer = fwd[0]
-        result.notes.append(f"{reader.kind} {reader.name!r} reads {writer.name!r}, recorded by itself or a later rule: "
-                            f"evaluating one step at a time")
+        sequence = list(range(len(rules)))
+        reader, writer = circular_reads(rules)[0]
+        result.notes.append(f"{reader.kind} {reader.name!r} reads {writer.name!r}, recorded by itself or a rule that "
+                            f"reads it: evaluating one step at a time")
+    lagged = lagged_names(rules)
     result.block_steps = block_steps
     shared = shared_subexpressions(rules)
     every = {id(g): alerts.every_interval(times, g.interval_ms, interval_ms) if cadence else None for g in groups}
@@ -121,7 +182,8 @@ def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
         b = min(n, a + max(block_steps, 1))
         block = times[a:b]
         evs: Dict[Optional[int], Evaluator] = {}  # one per cadence: every step (None), a slower group's
-        for i, (g, rule) in enumerate(flat):
+        for i in sequence:
+            g, rule = flat[i]
             mask = every[id(g)]
             if mask is not None and not mask[a:b].any():
                 continue  # its group does not run in this block
@@ -134,7 +196,9 @@ def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
                 got = served(rule, block) if served is not None else None  # a server answers the whole grid
                 if got is not None and mask is not None:
                     got = _columns(got, mask[a:b])
-                out = got if got is not None else _as_vec(evs[key].eval(rule.expr), len(at))
+                ev = evs[key] if not lagged[i] else Evaluator(store, at, interval_ms, lookback_ms, left_open,
+                                                              order=order, lagged=lagged[i])
+                out = got if got is not None else _as_vec(ev.eval(rule.expr), len(at))
                 if rule.kind == "record":
                     _record(store, rule, out, at, previous, i)
                     for ev in evs.values():

@@ -205,3 +205,36 @@ def test_a_slower_group_runs_once_an_interval_and_its_alerts_hold_their_state_be
     flat = rule_runner.run(groups, fresh, times, step, cadence=False)
     assert {tr.alertname: int(times[np.argmax(tr.states.firing)]) // 1000 for tr in flat.alerts} == {
         "Fast": 480, "Slow": 480}
+
+
+@pytest.mark.parametrize("slow_interval", [None, "3m"])
+def test_rules_reading_a_later_rule_run_in_blocks_as_one_step_at_a_time(slow_interval):
+    """A reader of a later rule's record (its group's, or a later group's, at every step or at its
+    own interval) sees what the writer recorded before that evaluation: evaluated in blocks, as
+    one step at a time in file order."""
+    data = yaml.safe_load((ROOT / "tests" / "fixtures" / "backtest" / "later.rules.yml").read_text())["groups"]
+    if slow_interval:
+        data[1]["interval"] = slow_interval
+    groups = groups_from_data(data, "later")
+    x = [{"series": 'x{i="1"}', "values": " ".join(str(v) for v in [1, 1, 2, 8, 9, 1, 1, 10, 10, 0] * 6)}]
+    times = np.arange(0, 3_600_001, 60_000)
+    block = rule_runner.run(groups, input_series_store(x, 60_000), times, 60_000)
+    step = rule_runner.run(groups, input_series_store(x, 60_000), times, 60_000, block_steps=1)
+    assert block.block_steps == 2880 and not block.notes
+    for name in ("x:doubled", "x:baseline", "x:doubled_max"):
+        ls = make({"__name__": name, "i": "1"})
+        got, want = block.store.get(ls), step.store.get(ls)
+        assert got.t.tolist() == want.t.tolist() and got.v.tolist() == want.v.tolist(), name
+    fired = {t.alertname: t.states.firing.tolist() for t in block.alerts}
+    assert fired == {t.alertname: t.states.firing.tolist() for t in step.alerts}
+    assert any(fired["AboveBaseline"]) and any(fired["DoubledJump"])
+
+
+def test_a_reader_of_a_later_rule_sees_what_it_recorded_before_that_evaluation():
+    groups = groups_from_data([{"name": "fast", "rules": [{"alert": "Seen", "expr": "r"}]},
+                               {"name": "slow", "rules": [{"record": "r", "expr": "x"}]}], "t")
+    x = [{"series": "x", "values": "1 2 3"}]
+    run = rule_runner.run(groups, input_series_store(x, 60_000), np.array([0, 60_000, 120_000]), 60_000)
+    assert run.block_steps > 1
+    assert run.alerts[0].active.tolist() == [False, True, True]  # nothing recorded before 0
+    assert rule_runner.evaluation_order([r for g in groups for r in g.rules]) == [1, 0]

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.prometheus
 
 CRAFTED = FIXTURES / "backtest" / "crafted.rules.yml"
 FORWARD = FIXTURES / "backtest" / "forward.rules.yml"
+LATER = FIXTURES / "backtest" / "later.rules.yml"
 
 
 def _assert_same(out, min_firing=0):
@@ -148,4 +149,13 @@ def test_rules_that_read_their_own_output_match_promtool(tmp_path):
     x = series("x", {"i": "1"}, gauge(lambda m: [0, 2, 8, 9, 1, 0, 10, 10, 0][m // 5 % 9], 60))
     out = compare(tmp_path, FORWARD, [Scenario("forward", [x], "1m", 3600, 0,
                                                 ["x:smoothed", "x:doubled"], [600, 1200, 2400])])
+    _assert_same(out, min_firing=5)
+
+
+def test_rules_that_read_a_later_rule_match_promtool_in_blocks(tmp_path):
+    """Readers of what a later rule records (in their group, or a later group) see what it wrote
+    before each evaluation, as promtool, and the engine still evaluates in blocks."""
+    x = series("x", {"i": "1"}, gauge(lambda m: [1, 1, 2, 8, 9, 1, 1, 10, 10, 0][m // 4 % 10], 60))
+    out = compare(tmp_path, LATER, [Scenario("later", [x], "1m", 3600, 0,
+                                             ["x:doubled", "x:baseline", "x:doubled_max"], [600, 1200, 2400])])
     _assert_same(out, min_firing=5)

@@ -62,8 +62,11 @@ def test_the_inliner_replaces_every_kind_of_reference_to_a_recorded_series():
                              {"name": "a", "rules": [{"alert": "C", "expr": "count_over_time(job:x:slow[1h]) > 0"}]}],
                             "<test>")
     assert "[1h:2m]" in Inliner(slow, 30_000).text(slow[2].rules[0].expr)
-    with pytest.raises(Unsupported, match="later rule"):
-        Inliner(_groups([{"alert": "B", "expr": "a:b:c > 0"}, {"record": "a:b:c", "expr": "vector(1)"}]), 30_000)
+    # a later rule's record is inlined as any other; a rule reading its own output cannot be
+    assert "((vector(1.0))) > 0.0" == Inliner(_groups([{"alert": "B", "expr": "a:b:c > 0"},
+                                                {"record": "a:b:c", "expr": "vector(1)"}]), 30_000).text(parse("a:b:c > 0"))
+    with pytest.raises(Unsupported, match="recorded by itself"):
+        Inliner(_groups([{"record": "a:b:c", "expr": "a:b:c + 1 or vector(1)"}]), 30_000)
     with pytest.raises(Unsupported, match="regex"):
         Inliner(_groups([{"record": "a:b:c", "expr": "vector(1)"}, {"alert": "B", "expr": '{__name__=~"a:.*"} > 0'}]),
                 30_000).text(parse('{__name__=~"a:.*"} > 0'))

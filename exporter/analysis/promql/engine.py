@@ -76,7 +76,7 @@ class Evaluator:
     def __init__(self, store, times: np.ndarray, interval_ms: int, lookback_ms: int = DEFAULT_LOOKBACK_MS,
                  left_open: bool = False, shared: FrozenSet[str] = frozenset(),
                  horizon: Optional[np.ndarray] = None, order: Union[None, str, int] = None,
-                 start_end: Optional[Tuple[int, int]] = None) -> None:
+                 start_end: Optional[Tuple[int, int]] = None, lagged: FrozenSet[str] = frozenset()) -> None:
         self.store = store
         self.times = np.asarray(times, dtype=np.int64)
         self.S = len(self.times)
@@ -85,6 +85,9 @@ class Evaluator:
         self.left_open = left_open
         self.shared = shared
         self.horizon = self.times if horizon is None else horizon
+        # names recorded by a rule that runs after the reader at the same evaluation (later in
+        # its group, or in a later group): what the reader sees of them ends before its horizon
+        self.lagged = lagged
         self.order = order
         self.start_end = start_end
         self._cache: Dict[str, Value] = {}
@@ -147,12 +150,22 @@ class Evaluator:
             return -base
         return np.random.default_rng([int(self.order), n]).permutation(n).astype(np.float64)
 
-    def _series(self, vs: VectorSelector):
+    def _matcher_set(self, vs: VectorSelector) -> MatcherSet:
         text = vs.selector_text()
         ms = self._matchers.get(text)
         if ms is None:
             ms = self._matchers[text] = MatcherSet(vs.matchers)
-        return self.store.select(ms)
+        return ms
+
+    def _series(self, vs: VectorSelector):
+        return self.store.select(self._matcher_set(vs))
+
+    def _visible(self, vs: VectorSelector) -> np.ndarray:
+        """The latest sample time ``vs`` may see at each step: the horizon, or just before it for a
+        name in ``lagged`` (its writer has not run yet at that evaluation)."""
+        if self.lagged and any(self._matcher_set(vs).matches_name(n) for n in self.lagged):
+            return self.horizon - 1
+        return self.horizon
 
     def _pinned(self, at) -> Optional[int]:
         """The time an ``@`` pins to: its own, or the range query's start or end (``start_end``);
@@ -177,7 +190,7 @@ class Evaluator:
         if not series:
             return empty(S)
         ref = self._ref_times(vs.offset_ms, vs.at)
-        seek = np.minimum(ref, self.horizon)
+        seek = np.minimum(ref, self._visible(vs))
         oldest = ref - self.lookback_ms
         labels: List[Labels] = []
         Vs, Ps, Ts = [], [], []
@@ -231,7 +244,7 @@ class Evaluator:
         mint = maxt - rng
         # stored samples later than the horizon do not exist yet; a subquery's points are
         # computed, each from what its own evaluation may see (``_subquery``)
-        visible = maxt if isinstance(arg, SubqueryExpr) else np.minimum(maxt, self.horizon)
+        visible = maxt if isinstance(arg, SubqueryExpr) else np.minimum(maxt, self._visible(arg.selector))
         groups: Dict[object, List[_Source]] = {}
         for src in sources:
             groups.setdefault(src.tkey, []).append(src)
@@ -260,7 +273,7 @@ class Evaluator:
         reader = np.searchsorted(maxt, inner_times, side="left")  # maxt never decreases
         horizon = self.horizon[np.clip(reader, 0, self.S - 1)]
         inner = Evaluator(self.store, inner_times, step, self.lookback_ms, self.left_open,
-                          horizon=horizon, order=self.order, start_end=self.start_end)
+                          horizon=horizon, order=self.order, start_end=self.start_end, lagged=self.lagged)
         res = inner.eval(sq.expr)
         if not isinstance(res, Vec):  # pragma: no cover - the parser checks the type
             raise EvalError("subquery is only allowed on instant vector")
