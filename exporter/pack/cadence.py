@@ -16,10 +16,21 @@ Every rendered file holds up to four groups, in this order:
     vllm-sidecar-exporter-views  every ``views_interval``: the recording rules no alert reads
                                  (``views``: capacity, cost, efficiency, what a panel plots)
 
-A rule reads what a group before it wrote at most one evaluation interval ago, and never what a
-later group writes: a recording rule any fast alert needs, directly or through others, is in the
-alerting group whatever else reads it (and one a steady alert needs in the steady group, unless a
-fast one needs it too). An alert of a slower group becomes pending at its group's first evaluation
+A rule reads what a group before it wrote at most one evaluation interval ago, and what a later
+group writes only where it is a baseline: a recording rule any fast alert needs, directly or
+through others, is in the alerting group whatever else reads it (and one a steady alert needs in
+the steady group, unless a fast one needs it too), unless the alerts read it as a baseline
+(``Recording.baseline``: the busy throughput a replica of its model normally makes, learned over
+a day; the scrape targets seen within the hour). A baseline moves over hours, so the slow group
+records it, with what only it reads, and the groups before read it up to one ``slow_interval`` old
+(Prometheus' 5-minute lookback holds it between two evaluations; the backtest engine evaluates the
+slow group's baselines first and lets a reader see what they recorded before its evaluation). A
+baseline is one whose absence keeps its alert silent (a Prometheus just started has none until
+the slow group first runs) and whose age delays no crossing: not vLLM expected to answer (it gates
+a page from the first evaluation), not the long-prompt normals (without one the surge warning
+falls back to a share of requests, which a code-serving fleet's normal traffic exceeds), not half
+an hour of preemptions (a count crossing its threshold, up to 2 minutes late).
+An alert of a slower group becomes pending at its group's first evaluation
 after its condition holds (within one interval) and fires at the first one its ``for`` after that:
 a 15-minute wait becomes 16 to 18 minutes at 2m (15 to 15.5 at every 30 s evaluation), a 10-minute
 wait 10 to 11 minutes at 1m: a tenth of the wait at most. Every page waits less than
@@ -27,7 +38,7 @@ wait 10 to 11 minutes at 1m: a tenth of the wait at most. Every page waits less 
 or less often anyway (the SLO's evaluation_interval of 1m), the steady alerts run as often as
 before, reading the alerting group's records up to one evaluation old; at 30 s, the steady group
 halves what those alerts' rules cost.
-``slow_interval: 0s`` keeps every slow alert in the group before it, ``steady_interval: 0s`` every
+``slow_interval: 0s`` keeps every slow alert and every baseline in the group before it, ``steady_interval: 0s`` every
 steady one in the alerting group, ``views_interval: 0s`` every view.
 Where ``views_interval`` is 0s, the views run with the alerts: in the alerting group, or in the
 steady or the slow group where they read what that group records (the later of the two).
@@ -91,12 +102,15 @@ def arrange(slo: Dict[str, Any], recordings: Sequence[Recording], alerts: Sequen
     for k, r in alerts:
         by_tier[tier(slo, r)].append((k, r))
 
-    def reads(keyed: List[Keyed]) -> set:
-        return needed(recordings, set().union(*(reads_of_alert(r) for _, r in keyed)))
+    def roots(keyed: List[Keyed]) -> set:
+        return set().union(*(reads_of_alert(r) for _, r in keyed))
 
-    fast_reads = reads(by_tier["fast"])
-    steady_reads = reads(by_tier["steady"]) - fast_reads
-    slow_reads = reads(by_tier["slow"]) - fast_reads - steady_reads
+    # the baselines the alerting and steady groups read are the slow group's, with what only they read
+    late = frozenset(r.record for r in recordings if r.baseline and seconds(slo["slow_interval"]) > 0)
+    fast_reads = needed(recordings, roots(by_tier["fast"]), stop=late)
+    steady_reads = needed(recordings, roots(by_tier["steady"]), stop=late) - fast_reads
+    baselines = needed(recordings, roots(by_tier["fast"]) | roots(by_tier["steady"])) & late
+    slow_reads = needed(recordings, roots(by_tier["slow"]) | baselines) - fast_reads - steady_reads
     out = Cadence(alerts=by_tier["fast"], steady_alerts=by_tier["steady"], slow_alerts=by_tier["slow"])
     own_group = seconds(slo["views_interval"]) > 0
     for r in recordings:

@@ -53,6 +53,7 @@ def names(c: Ctx) -> dict:
         "uptime": pod_rec(c, "vllm_process_uptime_seconds", "max"),
         "expected_up": pod_rec(c, "vllm_expected_up", "bool"),
         "targets_present": target_rec(c, "vllm_scrape_target", "present", "job", "instance"),
+        "targets_seen": "job_instance_target:vllm_scrape_target:max_over_time" + c.windows["target_seen"],
         "targets_up": target_rec(c, "up", "max_seen" + c.windows["target_seen"]),
         "sidecar_long": c.rec("vllm_sidecar_long_prompt_requests", "rate", sw),
         "sidecar_long_ratio": c.rec("vllm_sidecar_long_prompt_requests", "ratio_rate", sw),
@@ -95,7 +96,7 @@ def inputs(c: Ctx) -> List[Recording]:
                 f"\"target\", \"{target}\", \"\", \"\")")
 
     # each target seen within the window once (a pod's IP and port may have served another pod too)
-    seen = (f"max by ({c.target}, target) (max_over_time({n['targets_present']}[{c.windows['target_seen']}]))")
+    seen = f"max by ({c.target}, target) (max_over_time({n['targets_present']}[{c.windows['target_seen']}]))"
 
     return [
         Recording(n["gpu_busy"], f"max by ({r}) (vllm_sidecar_gpu_mean_utilization_ratio{s()})"),
@@ -112,15 +113,20 @@ def inputs(c: Ctx) -> List[Recording]:
         Recording(n["uptime"], f"time() - max by ({r}) (process_start_time_seconds{s()} and on ({c.target}) "
                                f"vllm:num_requests_running{s()})"),
         # vLLM is expected to answer this sidecar: it has before, or the startup grace is over (a
-        # new pod loading its model is not down)
+        # new pod loading its model is not down). It gates a page, so it is no baseline: a
+        # Prometheus just started knows it at its first evaluation
         Recording(n["expected_up"], f"{read_before}\nor\n({sidecar_age}) > {c.seconds(c.windows['startup']):g}"),
         # the scrape targets of vLLM and of the sidecar that answer now, one series each, remembered
         # over windows.target_seen by the next rule (a target answering for less than an
         # evaluation interval is not seen)
         Recording(n["targets_present"], f"{present('vllm:num_requests_running', 'vllm')}\nor\n"
                                         f"{present('vllm_sidecar_build_info', 'sidecar')}"),
+        # ... a baseline: the hour moves slowly, so the slow group records it (cadence) and the next
+        # rule adds the targets answering now, so a target is known from its first answer
+        Recording(n["targets_seen"], seen, baseline=True),
         # the scrape targets of vLLM and of the sidecar seen within windows.target_seen (1 up, 0 down)
-        Recording(n["targets_up"], f"max by ({r}, target) (\n  up{s()}\n  * on ({c.target}) group_left (target)\n  {seen}\n)"),
+        Recording(n["targets_up"], f"max by ({r}, target) (\n  up{s()}\n  * on ({c.target}) group_left (target)\n"
+                                   f"  max by ({c.target}, target) ({n['targets_present']} or {n['targets_seen']})\n)"),
     ]
 
 
@@ -149,8 +155,9 @@ def normals(c: Ctx) -> List[Recording]:
                   long_normal(c.rec("vllm_long_prompt_requests", "rate"),
                               c.mrec("vllm_long_prompt_requests_per_replica", "rate"))),
         # the busy throughput a replica of its model and role normally makes, beside each replica
+        # (a day's history: a baseline, recorded every slow_interval)
         Recording(n["busy_normal"], f"{c.with_role(c.rec('vllm_generation_tokens', 'rate'))} * 0\n"
-                                    f"+ on ({g}) group_left ()\n(\n{indent(busy)}\n)"),
+                                    f"+ on ({g}) group_left ()\n(\n{indent(busy)}\n)", baseline=True),
         Recording(n["hit_normal"], history_normal(c, c.mrec("vllm_prefix_cache_hit", "ratio_rate"))),
     ]
 

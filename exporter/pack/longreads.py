@@ -28,6 +28,7 @@ current hour's figure is this evaluation's."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Dict, List, Sequence
 
 from ..slo import seconds
@@ -105,7 +106,7 @@ def coarsen(rules: Sequence[Recording], windows: Dict[str, str]) -> List[Recordi
         off = f" offset {offset}" if offset else ""
         return f"quantile_over_time({q}, {series}{matchers}[{window}:{windows['quantile_step']}]{off})"
 
-    rewritten = [Recording(r.record, QUANTILE.sub(sample, READ.sub(rewrite, r.expr)), r.labels) for r in rules]
+    rewritten = [replace(r, expr=QUANTILE.sub(sample, READ.sub(rewrite, r.expr))) for r in rules]
     placed = set()
     defined = {r.record for r in rewritten}
     for r in rewritten:

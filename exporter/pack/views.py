@@ -27,9 +27,10 @@ def _reads(text: str) -> set:
     return set(RECORDED.findall(text))
 
 
-def needed(recordings: Sequence[Recording], roots: set) -> set:
+def needed(recordings: Sequence[Recording], roots: set, stop: frozenset = frozenset()) -> set:
     """The names of ``roots`` and of every recording rule they read, directly or through others
-    (the names ``recordings`` records; what they read of vLLM's or the sidecar's is not followed)."""
+    (the names ``recordings`` records; what they read of vLLM's or the sidecar's is not followed),
+    neither taking nor following a name in ``stop``."""
     by_name: Dict[str, List[Recording]] = {}
     for r in recordings:
         by_name.setdefault(r.record, []).append(r)
@@ -37,7 +38,7 @@ def needed(recordings: Sequence[Recording], roots: set) -> set:
     todo = set(roots)
     while todo:
         name = todo.pop()
-        if name in wanted or name not in by_name:
+        if name in wanted or name in stop or name not in by_name:
             continue
         wanted.add(name)
         for r in by_name[name]:

@@ -47,14 +47,22 @@ def test_long_windows_read_per_model_series_only():
 def test_targets_seen_are_remembered_by_a_recorded_series_not_read_again_from_raw_ones():
     """Whether a target was seen within windows.target_seen (an hour) is read from the pack's own
     record of the targets that answer (one series a target, written at every evaluation), never
-    from vLLM's or the sidecar's series over the hour (a subquery of 60 steps over every target)."""
-    rules = {r.get("record"): r["expr"] for g in yaml.safe_load((ROOT / rules_mod.PLAIN_PATH).read_text())["groups"]
-             for r in g["rules"]}
+    from vLLM's or the sidecar's series over the hour (a subquery of 60 steps over every target).
+    The hour is a baseline the slow group records; the alerting group adds the targets answering
+    now, so a target is known from its first answer."""
+    groups = yaml.safe_load((ROOT / rules_mod.PLAIN_PATH).read_text())["groups"]
+    rules = {r.get("record"): r["expr"] for g in groups for r in g["rules"]}
+    group_of = {r.get("record"): g["name"] for g in groups for r in g["rules"]}
     present = "namespace_pod_target_job_instance:vllm_scrape_target:present"
-    nodes = list(walk(parse(rules["namespace_pod_target:up:max_seen1h"])))
-    assert not [n for n in nodes if isinstance(n, SubqueryExpr)]
-    ranged = {n.selector.name: n.range_ms for n in nodes if isinstance(n, MatrixSelector)}
-    assert ranged == {present: HOUR_MS}
+    seen = "job_instance_target:vllm_scrape_target:max_over_time1h"
+    up = "namespace_pod_target:up:max_seen1h"
+    nodes = list(walk(parse(rules[up])))
+    assert not [n for n in nodes if isinstance(n, (SubqueryExpr, MatrixSelector))]
+    assert {n.name for n in nodes if isinstance(n, VectorSelector)} == {"up", present, seen}
+    nodes = list(walk(parse(rules[seen])))
+    assert {n.selector.name: n.range_ms for n in nodes if isinstance(n, MatrixSelector)} == {present: HOUR_MS}
+    assert group_of[seen] == "vllm-sidecar-exporter-slow"
+    assert group_of[up] == group_of[present] == "vllm-sidecar-exporter"
     assert {n.name for n in walk(parse(rules[present])) if isinstance(n, VectorSelector)} == {
         "vllm:num_requests_running", "vllm_sidecar_build_info"}
 
@@ -62,8 +70,9 @@ def test_targets_seen_are_remembered_by_a_recorded_series_not_read_again_from_ra
 @pytest.mark.prometheus
 def test_promtool_a_target_seen_within_the_hour_and_gone_reads_down_and_one_gone_longer_is_forgotten(tmp_path):
     """vLLM's target of pod a answers for 10 minutes and then fails (up 0): down (0) at minute 30,
-    20 minutes after it was last seen, and no longer looked at by minute 75. Pod b's vLLM and
-    sidecar answer throughout: 1 each."""
+    20 minutes after it was last seen, and no longer looked at by minute 77 (its last series is
+    visible for the lookback, to minute 15; the hour is the slow group's record, read as it was
+    one evaluation before). Pod b's vLLM and sidecar answer throughout: 1 each."""
     seen = "namespace_pod_target:up:max_seen1h"
     a, b = vllm_labels(pod="a"), vllm_labels(pod="b")
     sidecar_b = {"namespace": "llm", "pod": "b", "job": "llm/sidecar", "instance": "b:9400"}
@@ -78,7 +87,7 @@ def test_promtool_a_target_seen_within_the_hour_and_gone_reads_down_and_one_gone
     ]
     out = lambda pod, t, v: {"labels": fmt_series(seen, {"namespace": "llm", "pod": pod, "target": t}), "value": v}  # noqa: E731
     case = _expr_case(inputs, [(30, seen, [out("a", "vllm", 0), out("b", "sidecar", 1), out("b", "vllm", 1)]),
-                               (75, seen, [out("b", "sidecar", 1), out("b", "vllm", 1)])], minutes=80)
+                               (77, seen, [out("b", "sidecar", 1), out("b", "vllm", 1)])], minutes=80)
     r = run_promtool(tmp_path, [case])
     assert r.returncode == 0, r.stdout + r.stderr
 

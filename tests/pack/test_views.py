@@ -9,7 +9,11 @@ import pytest
 import yaml
 
 from conftest import ROOT
+from exporter.analysis.rulefile import groups_from_data
+from exporter.analysis.rulemanager import evaluation_order
 from exporter.pack import rules as rules_mod
+from exporter.pack.context import Ctx
+from exporter.pack.recording import recording_rules
 from exporter.pack.ruleyaml import GROUP, SLOW_GROUP, STEADY_GROUP, VIEWS_GROUP
 from exporter.slo import load_slo, seconds
 
@@ -59,13 +63,19 @@ def test_the_slow_group_holds_the_alerts_that_wait_slow_for_and_what_only_they_r
     burns = {(g, r["labels"]["severity"]) for g in (GROUP, SLOW_GROUP) for r in groups[g]["rules"]
              if r.get("alert") == "VLLMErrorBudgetBurn"}
     assert burns == {(GROUP, "critical"), (SLOW_GROUP, "warning")}
-    # no rule of the alerting group reads what the slow group records; the slow group reads what
-    # the groups before it recorded (the TTFT p95 its outlier compares) and records what only it reads
+    # the alerting group reads of what the slow group records only its baselines; the slow group
+    # reads what the groups before it recorded (the TTFT p95 its outlier compares) and records what
+    # only it reads
     slow_records = {r["record"] for r in slow if "record" in r}
     assert "namespace_pod_model:vllm_time_to_first_token_seconds_p95:ratio_to_peer_median" in slow_records
+    baselines = {r.record for r in recording_rules(Ctx(slo)) if r.baseline}
+    assert baselines <= slow_records and "namespace_pod:vllm_expected_up:bool" not in baselines
+    read_by_fast = set()
     for r in fast:
         read = set(NAME.findall(r["expr"] + " ".join((r.get("annotations") or {}).values())))
-        assert not read & slow_records, (r.get("record") or r.get("alert"), read & slow_records)
+        assert read & slow_records <= baselines, (r.get("record") or r.get("alert"), read & slow_records - baselines)
+        read_by_fast |= read & slow_records
+    assert read_by_fast == baselines  # each baseline is one the alerts read
     # ... and what the steady group records (the TTFT p95 of the replica its outlier compares,
     # recorded for the steady TTFT alert)
     assert "namespace_pod_model:vllm_time_to_first_token_seconds:histogram_quantile5m" in {
@@ -143,17 +153,25 @@ def test_every_render_runs_each_group_at_its_interval_and_vmalert_the_alerts_at_
 @pytest.mark.parametrize("steady, slow, shown", [(a, b, c) for a in ("1m", "0s") for b in ("2m", "0s") for c in ("2m", "0s")])
 def test_no_rule_reads_a_record_written_by_a_later_group_or_a_later_rule(steady, slow, shown):
     """Whatever the three intervals, every recorded series a rule reads (in its expression or an
-    annotation's query) is written before it: by an earlier group, or earlier in its own group."""
+    annotation's query) is written before it (by an earlier group, or earlier in its own group), or
+    is a baseline of the slow group; and the backtest engine finds an order that evaluates every
+    writer before its readers (so it runs in blocks, not one step at a time)."""
     slo = load_slo(None)
     slo["steady_interval"], slo["slow_interval"], slo["views_interval"] = steady, slow, shown
-    groups = yaml.safe_load(rules_mod.render_plain(slo))["groups"]
+    text = rules_mod.render_plain(slo)
+    groups = yaml.safe_load(text)["groups"]
     assert [g["name"] for g in groups] == [n for n, on in ((GROUP, True), (STEADY_GROUP, steady != "0s"),
                                                              (SLOW_GROUP, slow != "0s"), (VIEWS_GROUP, shown != "0s")) if on]
     every = {r["record"] for g in groups for r in g["rules"] if "record" in r}
+    slow_records = {r["record"] for g in groups if g["name"] == SLOW_GROUP for r in g["rules"] if "record" in r}
+    baselines = {r.record for r in recording_rules(Ctx(slo)) if r.baseline} & slow_records
+    assert bool(baselines) == (slow != "0s")
     written = set()
     for g in groups:
         for r in g["rules"]:
             read = set(NAME.findall(r["expr"] + " ".join((r.get("annotations") or {}).values()))) & every
-            assert read <= written, (g["name"], r.get("record") or r.get("alert"), read - written)
+            assert read - baselines <= written, (g["name"], r.get("record") or r.get("alert"), read - written)
             if "record" in r:
                 written.add(r["record"])
+    parsed = groups_from_data(groups, "pack")
+    assert evaluation_order([r for g in parsed for r in g.rules]) is not None
