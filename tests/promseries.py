@@ -154,12 +154,19 @@ _VAL = re.compile(r'\{\{\s*\$value(?:\s*\|\s*(?:\w+|printf "[^"]*"))?\s*\}\}')
 _QUERY = re.compile(r"\{\{ (?:with|range) printf .*? \| query(?: \| sortByLabel \"\w+\")? \}\}.*?\{\{ end \}\}")
 
 
+_IF = re.compile(r'\{\{ if eq \$labels\.(\w+) "([^"]*)" \}\}(.*?)\{\{ else \}\}(.*?)\{\{ end \}\}', re.S)
+_ASKED = "\x00query\x00"
+
+
 def render(template: str, labels: Dict[str, str], value: str, evidence: Sequence[str] = ()) -> str:
-    """Fill the three kinds of template the pack uses: a label, the value (given already
-    formatted by the test, as Prometheus' humanize functions would write it), and the evidence an
-    annotation queries (``Ctx.show``: given in order by the test, as Prometheus would write it)."""
+    """Fill the four kinds of template the pack uses: a label, the value (given already
+    formatted by the test, as Prometheus' humanize functions would write it), the evidence an
+    annotation queries (``Ctx.show``: given in order by the test, as Prometheus would write it,
+    for the queries of the branches taken only), and a branch on a label's value."""
     shown = iter(evidence)
-    out = _QUERY.sub(lambda m: next(shown, "?"), template)
+    out = _QUERY.sub(_ASKED, template)
+    out = _IF.sub(lambda m: m.group(3) if labels.get(m.group(1), "") == m.group(2) else m.group(4), out)
+    out = re.sub(_ASKED, lambda m: next(shown, "?"), out)
     out = _TPL.sub(lambda m: labels.get(m.group(1), ""), out)
     return _VAL.sub(value, out)
 

@@ -63,9 +63,10 @@ def alerts(c: Ctx) -> List[Alert]:
               "warning",
               f"{who} behaves unlike its peers ({{{{ $labels.signal }}}})",
               f"This replica's {{{{ $labels.signal }}}} is {{{{ $value | printf \"%.2f\" }}}}x the median of the other "
-              f"replicas of {{{{ $labels.model_name }}}} in its role (it warns below {ol['throughput_factor']:g}x "
-              f"for tokens per running request, now {c.show(speed + '{R}')}/s, above {ol['ttft_factor']:g}x for "
-              "TTFT p95): one sick replica hides behind a healthy average. Check its prompts, KV cache and GPUs; "
+              f"replicas of {{{{ $labels.model_name }}}} in its role ({{{{ if eq $labels.signal \"throughput\" }}}}"
+              f"tokens per running request, now {c.show(speed + '{R}')}/s: it warns below "
+              f"{ol['throughput_factor']:g}x{{{{ else }}}}TTFT p95: it warns above {ol['ttft_factor']:g}x{{{{ end }}}}): "
+              "one sick replica hides behind a healthy average. Check its prompts, KV cache and GPUs; "
               "restart or drain it."),
         Alert("VLLMPrefixCacheHitRatioLow",
               f"{hit} < {pc['min_hit_ratio']}\n"
