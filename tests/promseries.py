@@ -167,6 +167,9 @@ def render(template: str, labels: Dict[str, str], value: str, evidence: Sequence
     out = _QUERY.sub(_ASKED, template)
     out = _IF.sub(lambda m: m.group(3) if labels.get(m.group(1), "") == m.group(2) else m.group(4), out)
     out = re.sub(_ASKED, lambda m: next(shown, "?"), out)
+    # an annotation that asks queries (the description) asks for every piece of evidence given
+    assert not _QUERY.search(template) or next(shown, None) is None, \
+        f"evidence given for a query the annotation does not ask: {template[:80]}"
     out = _TPL.sub(lambda m: labels.get(m.group(1), ""), out)
     return _VAL.sub(value, out)
 

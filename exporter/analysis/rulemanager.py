@@ -30,7 +30,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 import numpy as np
 
 from . import alerts
-from .promql.ast import NumberLiteral, StringLiteral, VectorSelector, walk
+from .promql.ast import NumberLiteral, StringLiteral, SubqueryExpr, VectorSelector, walk
 from .promql.engine import DEFAULT_LOOKBACK_MS, Evaluator
 from .promql.labels import NAME, Labels, MatcherSet, drop_name, make
 from .promql.vector import EvalError, Vec, build
@@ -78,18 +78,51 @@ def _reads(rules: List[Rule]) -> List[List[int]]:
     return out
 
 
-def evaluation_order(rules: List[Rule]) -> Optional[List[int]]:
-    """The rules' indices in an order where every recording rule comes before the rules that read
-    it, otherwise in file order; None where a rule reads, directly or through others, what it
-    records itself (no such order exists)."""
+def lagged_names(rules: List[Rule]) -> List[FrozenSet[str]]:
+    """For each rule, the names it reads that only rules at or after it record: what it sees of
+    them at an evaluation is what they recorded before it."""
     reads = _reads(rules)
-    waits = [set(ws) for ws in reads]
-    if any(i in ws for i, ws in enumerate(waits)):
-        return None
-    for j, ws in enumerate(reads):  # a name recorded both before a reader and after it: no order serves both
+    return [frozenset(rules[w].name for w in ws if w >= j and not any(k < j for k in ws if rules[k].name == rules[w].name))
+            for j, ws in enumerate(reads)]
+
+
+def _unlaggable(rule: Rule, names: FrozenSet[str]) -> Optional[str]:
+    """Why ``rule`` cannot read ``names`` lagged in blocks, or None: a lagged name read inside a
+    subquery (its inner points are shared by the block's evaluations, each of which may see a
+    different past), or selected by a selector without an exact name (the lag would hide the
+    other series it selects too)."""
+    for node in walk(rule.expr):
+        if isinstance(node, SubqueryExpr):
+            inner = [MatcherSet(n.matchers) for n in walk(node.expr) if isinstance(n, VectorSelector)]
+            if any(m.matches_name(n) for m in inner for n in names):
+                return "inside a subquery"
+        elif isinstance(node, VectorSelector):
+            ms = MatcherSet(node.matchers)
+            if ms.name_equal() is None and any(ms.matches_name(n) for n in names):
+                return "by a selector without an exact name"
+    return None
+
+
+def _order_or_reason(rules: List[Rule]) -> Tuple[Optional[List[int]], str]:
+    reads = _reads(rules)
+    lagged = lagged_names(rules)
+    for j, ws in enumerate(reads):
+        if j in ws:
+            return None, f"{rules[j].kind} {rules[j].name!r} reads its own output"
         before = {rules[w].name for w in ws if w < j}
-        if any(rules[w].name in before for w in ws if w > j):
-            return None
+        both = [w for w in ws if w > j and rules[w].name in before]
+        if both:
+            return None, f"{rules[j].kind} {rules[j].name!r} reads {rules[both[0]].name!r}, recorded both before and after it"
+        why = _unlaggable(rules[j], lagged[j]) if lagged[j] else None
+        if why:
+            return None, f"{rules[j].kind} {rules[j].name!r} reads {sorted(lagged[j])[0]!r}, recorded after it, {why}"
+    waits = [set(ws) for ws in reads]
+    last: Dict[str, int] = {}
+    for i, r in enumerate(rules):  # rules recording one name keep their file order (the first write wins)
+        if r.kind == "record":
+            if r.name in last:
+                waits[i].add(last[r.name])
+            last[r.name] = i
     readers: Dict[int, List[int]] = {}
     for i, ws in enumerate(waits):
         for w in ws:
@@ -100,11 +133,23 @@ def evaluation_order(rules: List[Rule]) -> Optional[List[int]]:
     while ready:
         i = heapq.heappop(ready)
         order.append(i)
-        for j in readers.get(i, []):
-            waits[j].discard(i)
-            if not waits[j]:
-                heapq.heappush(ready, j)
-    return order if len(order) == len(rules) else None
+        for k in readers.get(i, []):
+            waits[k].discard(i)
+            if not waits[k]:
+                heapq.heappush(ready, k)
+    if len(order) < len(rules):
+        stuck = min(k for k in range(len(rules)) if k not in set(order))
+        return None, f"{rules[stuck].kind} {rules[stuck].name!r} reads, through other rules, what it records"
+    return order, ""
+
+
+def evaluation_order(rules: List[Rule]) -> Optional[List[int]]:
+    """The rules' indices in an order where every recording rule comes before the rules that read
+    it (and rules recording one name keep their file order), otherwise in file order; None where no
+    such order evaluates the rules in blocks exactly as one step at a time in file order: a rule
+    reading its own output, directly or through others; a name recorded both before and after a
+    reader; a later rule's name read inside a subquery or by a selector without an exact name."""
+    return _order_or_reason(rules)[0]
 
 
 def forward_references(rules: List[Rule]) -> List[Tuple[Rule, Rule]]:
@@ -118,21 +163,21 @@ def forward_references(rules: List[Rule]) -> List[Tuple[Rule, Rule]]:
     return out
 
 
-def lagged_names(rules: List[Rule]) -> List[FrozenSet[str]]:
-    """For each rule, the names it reads that only rules at or after it record: what it sees of
-    them at an evaluation is what they recorded before it."""
-    reads = _reads(rules)
-    return [frozenset(rules[w].name for w in ws if w >= j and not any(k < j for k in ws if rules[k].name == rules[w].name))
-            for j, ws in enumerate(reads)]
-
-
 def circular_reads(rules: List[Rule]) -> List[Tuple[Rule, Rule]]:
-    """The forward references that no evaluation order can serve: empty where ``evaluation_order``
-    finds one, else the first forward reference (a rule reading its own output, or a cycle)."""
-    if evaluation_order(rules) is not None:
-        return []
-    own = [(r, w) for r, w in forward_references(rules) if r is w]
-    return own[:1] or forward_references(rules)[:1]
+    """A rule that reads its own output, directly or through others: (reader, the writer it reads
+    through) for the first, or nothing. What no order of evaluation, and no inlining, can serve."""
+    reads = _reads(rules)
+    for j, ws in enumerate(reads):
+        for w in ws:
+            seen, todo = set(), [w]
+            while todo:
+                k = todo.pop()
+                if k == j:
+                    return [(rules[j], rules[w])]
+                if k not in seen:
+                    seen.add(k)
+                    todo.extend(reads[k])
+    return []
 
 
 def shared_subexpressions(rules: List[Rule]) -> FrozenSet[str]:
@@ -164,14 +209,13 @@ def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
     flat: List[Tuple[Group, Rule]] = [(g, r) for g in groups for r in g.rules]
     rules = [r for _, r in flat]
     result = Run(times, interval_ms, store, alertnames=sorted({r.name for r in rules if r.kind == "alert"}))
-    sequence = evaluation_order(rules)
-    if sequence is None:
+    sequence, reason = _order_or_reason(rules)
+    lagged = lagged_names(rules)
+    if sequence is None:  # one step at a time in file order: a later rule has not run yet at a step
         block_steps = 1
         sequence = list(range(len(rules)))
-        reader, writer = circular_reads(rules)[0]
-        result.notes.append(f"{reader.kind} {reader.name!r} reads {writer.name!r}, recorded by itself or a rule that "
-                            f"reads it: evaluating one step at a time")
-    lagged = lagged_names(rules)
+        lagged = [frozenset()] * len(rules)
+        result.notes.append(f"{reason}: evaluating one step at a time")
     result.block_steps = block_steps
     shared = shared_subexpressions(rules)
     every = {id(g): alerts.every_interval(times, g.interval_ms, interval_ms) if cadence else None for g in groups}

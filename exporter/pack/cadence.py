@@ -20,13 +20,18 @@ A rule reads what a group before it wrote at most one evaluation interval ago, a
 group writes only where it is a baseline: a recording rule any fast alert needs, directly or
 through others, is in the alerting group whatever else reads it (and one a steady alert needs in
 the steady group, unless a fast one needs it too), unless the alerts read it as a baseline
-(``Recording.baseline``: the busy throughput a replica of its model normally makes, learned over
-a day; the scrape targets seen within the hour). A baseline moves over hours, so the slow group
-records it, with what only it reads, and the groups before read it up to one ``slow_interval`` old
-(Prometheus' 5-minute lookback holds it between two evaluations; the backtest engine evaluates the
-slow group's baselines first and lets a reader see what they recorded before its evaluation). A
-baseline is one whose absence keeps its alert silent (a Prometheus just started has none until
-the slow group first runs) and whose age delays no crossing: not vLLM expected to answer (it gates
+(``Recording.baseline``: the busy throughput a replica of its model and role normally makes,
+learned over a day, per model, which the alerting group puts beside each replica; the scrape
+targets seen within the hour, to which the alerting group adds those seen within Prometheus'
+lookback). A baseline moves over hours, so the slow group records it, with what only it reads, and
+the groups before read it up to one ``slow_interval`` old (Prometheus' 5-minute lookback holds it
+between two evaluations; the backtest engine evaluates the slow group's baselines first and lets a
+reader see what they recorded before its evaluation). The slow group is rendered for its baselines
+even where no alert waits ``slow_for``. A baseline is one whose absence keeps its alert silent (a
+Prometheus just started has none until the slow group first runs: up to ``slow_interval``, in
+which the rules' path of the GPU-busy alert cannot fire and a target already gone before the start
+is not known) and whose age delays no crossing: a new pod, or a target answering once, is known at
+the alerting group's next evaluation. Not vLLM expected to answer (it gates
 a page from the first evaluation), not the long-prompt normals (without one the surge warning
 falls back to a share of requests, which a code-serving fleet's normal traffic exceeds), not half
 an hour of preemptions (a count crossing its threshold, up to 2 minutes late).
@@ -78,10 +83,12 @@ class Cadence:
     def later(self, slo: Dict[str, Any]) -> List[Tuple[str, str, List[Recording], List[Keyed]]]:
         """The groups after the alerting group that hold rules, in order: (name, interval, recording
         rules, alerts). What every rendered file (``rules``, ``vmalert``) writes after the first."""
-        groups = [(STEADY_GROUP, "steady_interval", self.steady_recordings, self.steady_alerts, bool(self.steady_alerts)),
-                  (SLOW_GROUP, "slow_interval", self.slow_recordings, self.slow_alerts, bool(self.slow_alerts)),
-                  (VIEWS_GROUP, "views_interval", self.views, [], bool(self.views))]
-        return [(name, slo[key], recordings, alerts) for name, key, recordings, alerts, held in groups if held]
+        groups = [(STEADY_GROUP, "steady_interval", self.steady_recordings, self.steady_alerts),
+                  (SLOW_GROUP, "slow_interval", self.slow_recordings, self.slow_alerts),
+                  (VIEWS_GROUP, "views_interval", self.views, [])]
+        # a group holding recording rules only (the slow group's baselines where no alert waits
+        # slow_for) is rendered too
+        return [(name, slo[key], recordings, alerts) for name, key, recordings, alerts in groups if recordings or alerts]
 
 
 def tier(slo: Dict[str, Any], rule: Dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import List
 
+from ..slo import LOOKBACK_S
 from .context import TVLLM, Ctx, indent
 from .recorded import Recording
 
@@ -67,6 +68,7 @@ def names(c: Ctx) -> dict:
         "sidecar_long_surge_slow": c.rec("vllm_sidecar_long_prompt_requests", "above_normal_rate" + c.rate_window),
         "long_surge": c.rec("vllm_long_prompt_requests", "above_normal_rate" + c.rate_window),
         "busy_normal": c.rec("vllm_generation_tokens_busy_normal", "rate"),
+        "busy_normal_model": c.mrec("vllm_generation_tokens_per_busy_replica", "normal_rate" + c.rate_window),
         "speed_vs_peers": c.rec("vllm_generation_tokens_per_running_request", "ratio_to_peer_median"),
         "ttft_vs_peers": c.rec("vllm_time_to_first_token_seconds_p95", "ratio_to_peer_median"),
         "hit_normal": c.mrec("vllm_prefix_cache_hit", "normal_ratio_rate" + c.rate_window),
@@ -97,6 +99,10 @@ def inputs(c: Ctx) -> List[Recording]:
 
     # each target seen within the window once (a pod's IP and port may have served another pod too)
     seen = f"max by ({c.target}, target) (max_over_time({n['targets_present']}[{c.windows['target_seen']}]))"
+    # ... the hour is a baseline (the slow group's, up to slow_interval old: cadence), so the
+    # targets seen since its last evaluation are read here, over Prometheus' lookback (longer
+    # than any slow_interval the SLO file takes)
+    recent = f"max_over_time({n['targets_present']}[{LOOKBACK_S / 60:g}m])"
 
     return [
         Recording(n["gpu_busy"], f"max by ({r}) (vllm_sidecar_gpu_mean_utilization_ratio{s()})"),
@@ -121,12 +127,10 @@ def inputs(c: Ctx) -> List[Recording]:
         # evaluation interval is not seen)
         Recording(n["targets_present"], f"{present('vllm:num_requests_running', 'vllm')}\nor\n"
                                         f"{present('vllm_sidecar_build_info', 'sidecar')}"),
-        # ... a baseline: the hour moves slowly, so the slow group records it (cadence) and the next
-        # rule adds the targets answering now, so a target is known from its first answer
         Recording(n["targets_seen"], seen, baseline=True),
         # the scrape targets of vLLM and of the sidecar seen within windows.target_seen (1 up, 0 down)
         Recording(n["targets_up"], f"max by ({r}, target) (\n  up{s()}\n  * on ({c.target}) group_left (target)\n"
-                                   f"  max by ({c.target}, target) ({n['targets_present']} or {n['targets_seen']})\n)"),
+                                   f"  max by ({c.target}, target) ({recent} or {n['targets_seen']})\n)"),
     ]
 
 
@@ -154,10 +158,12 @@ def normals(c: Ctx) -> List[Recording]:
         Recording(n["long_normal"],
                   long_normal(c.rec("vllm_long_prompt_requests", "rate"),
                               c.mrec("vllm_long_prompt_requests_per_replica", "rate"))),
-        # the busy throughput a replica of its model and role normally makes, beside each replica
-        # (a day's history: a baseline, recorded every slow_interval)
+        # the busy throughput a replica of its model and role normally makes (a day's history: a
+        # baseline, recorded every slow_interval), ...
+        Recording(n["busy_normal_model"], busy, baseline=True),
+        # ... beside each replica, at every evaluation (a new pod has it from its first minute)
         Recording(n["busy_normal"], f"{c.with_role(c.rec('vllm_generation_tokens', 'rate'))} * 0\n"
-                                    f"+ on ({g}) group_left ()\n(\n{indent(busy)}\n)", baseline=True),
+                                    f"+ on ({g}) group_left ()\n{n['busy_normal_model']}"),
         Recording(n["hit_normal"], history_normal(c, c.mrec("vllm_prefix_cache_hit", "ratio_rate"))),
     ]
 

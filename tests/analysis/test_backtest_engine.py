@@ -139,7 +139,7 @@ def test_rules_reading_their_own_output_run_one_step_at_a_time():
     ]}], "test")
     st = input_series_store([{"series": "x", "values": "0x10"}], 60_000)
     run = rule_runner.run(groups, st, np.arange(0, 600_001, 60_000), 60_000)
-    assert run.block_steps == 1 and "reads 'y'" in run.notes[0]
+    assert run.block_steps == 1 and "'y' reads its own output" in run.notes[0]
     y = run.store.get(make({"__name__": "y"}))
     assert y.v.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]  # each evaluation saw the one before
     assert run.alerts[0].states.firing.tolist() == [False] * 4 + [True] * 7
@@ -238,3 +238,28 @@ def test_a_reader_of_a_later_rule_sees_what_it_recorded_before_that_evaluation()
     assert run.block_steps > 1
     assert run.alerts[0].active.tolist() == [False, True, True]  # nothing recorded before 0
     assert rule_runner.evaluation_order([r for g in groups for r in g.rules]) == [1, 0]
+
+
+@pytest.mark.parametrize("group, why", [("subquery", "inside a subquery"), ("regex", "without an exact name"),
+                                        ("noname", "without an exact name")])
+def test_a_later_rule_read_where_blocks_cannot_serve_runs_one_step_at_a_time(group, why):
+    data = yaml.safe_load((ROOT / "tests" / "fixtures" / "backtest" / "later-unsafe.rules.yml").read_text())["groups"]
+    groups = groups_from_data([g for g in data if g["name"] == group], "unsafe")
+    x = [{"series": 'x{i="1"}', "values": "1 1 2 8 9 1 1 10 10 0"}]
+    run = rule_runner.run(groups, input_series_store(x, 60_000), np.arange(0, 540_001, 60_000), 60_000)
+    assert run.block_steps == 1 and why in run.notes[0]
+    assert rule_runner.evaluation_order([r for g in groups for r in g.rules]) is None
+
+
+def test_two_rules_recording_one_name_keep_their_file_order_in_blocks():
+    """The first rule recording ``z`` reads what a later rule records; in blocks the two writers
+    still run in file order, so the first write at a timestamp wins, as one step at a time (and as
+    Prometheus, which refuses the second write)."""
+    groups = groups_from_data(yaml.safe_load((ROOT / "tests" / "fixtures" / "backtest" / "later-twice.rules.yml")
+                                             .read_text())["groups"], "twice")
+    times = np.arange(0, 600_001, 60_000)
+    block = rule_runner.run(groups, input_series_store([], 60_000), times, 60_000)
+    step = rule_runner.run(groups, input_series_store([], 60_000), times, 60_000, block_steps=1)
+    z = make({"__name__": "z"})
+    assert block.block_steps > 1 and block.store.get(z).v.tolist() == step.store.get(z).v.tolist()
+    assert block.store.get(z).v.tolist() == [2.0] + [5.0] * 10  # q is written after the first z at 0

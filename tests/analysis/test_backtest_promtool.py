@@ -27,6 +27,7 @@ pytestmark = pytest.mark.prometheus
 CRAFTED = FIXTURES / "backtest" / "crafted.rules.yml"
 FORWARD = FIXTURES / "backtest" / "forward.rules.yml"
 LATER = FIXTURES / "backtest" / "later.rules.yml"
+LATER_UNSAFE = FIXTURES / "backtest" / "later-unsafe.rules.yml"
 
 
 def _assert_same(out, min_firing=0):
@@ -159,3 +160,12 @@ def test_rules_that_read_a_later_rule_match_promtool_in_blocks(tmp_path):
     out = compare(tmp_path, LATER, [Scenario("later", [x], "1m", 3600, 0,
                                              ["x:doubled", "x:baseline", "x:doubled_max"], [600, 1200, 2400])])
     _assert_same(out, min_firing=5)
+
+
+def test_reads_of_a_later_rule_blocks_cannot_serve_match_promtool(tmp_path):
+    """A later rule's record read inside a subquery or by a selector without an exact name (run
+    one step at a time): promtool's values and alerts."""
+    x = series("x", {"i": "1"}, gauge(lambda m: [1, 1, 2, 8, 9, 1, 1, 10, 10, 0][m % 10], 60))
+    out = compare(tmp_path, LATER_UNSAFE, [Scenario("unsafe", [x], "1m", 3600, 0, ["x:r", "x:w", "r", "x:v", "s", "x:u"],
+                                                    [300, 600, 720, 1200])])
+    _assert_same(out, min_firing=1)

@@ -48,8 +48,8 @@ def test_targets_seen_are_remembered_by_a_recorded_series_not_read_again_from_ra
     """Whether a target was seen within windows.target_seen (an hour) is read from the pack's own
     record of the targets that answer (one series a target, written at every evaluation), never
     from vLLM's or the sidecar's series over the hour (a subquery of 60 steps over every target).
-    The hour is a baseline the slow group records; the alerting group adds the targets answering
-    now, so a target is known from its first answer."""
+    The hour is a baseline the slow group records (up to slow_interval old); the alerting group
+    adds the targets seen within Prometheus' lookback, so a target is known from its first answer."""
     groups = yaml.safe_load((ROOT / rules_mod.PLAIN_PATH).read_text())["groups"]
     rules = {r.get("record"): r["expr"] for g in groups for r in g["rules"]}
     group_of = {r.get("record"): g["name"] for g in groups for r in g["rules"]}
@@ -57,7 +57,8 @@ def test_targets_seen_are_remembered_by_a_recorded_series_not_read_again_from_ra
     seen = "job_instance_target:vllm_scrape_target:max_over_time1h"
     up = "namespace_pod_target:up:max_seen1h"
     nodes = list(walk(parse(rules[up])))
-    assert not [n for n in nodes if isinstance(n, (SubqueryExpr, MatrixSelector))]
+    assert not [n for n in nodes if isinstance(n, SubqueryExpr)]
+    assert {n.selector.name: n.range_ms for n in nodes if isinstance(n, MatrixSelector)} == {present: 5 * 60_000}
     assert {n.name for n in nodes if isinstance(n, VectorSelector)} == {"up", present, seen}
     nodes = list(walk(parse(rules[seen])))
     assert {n.selector.name: n.range_ms for n in nodes if isinstance(n, MatrixSelector)} == {present: HOUR_MS}

@@ -15,6 +15,7 @@ from exporter.pack import rules as rules_mod
 from exporter.pack.context import Ctx
 from exporter.pack.recording import recording_rules
 from exporter.pack.ruleyaml import GROUP, SLOW_GROUP, STEADY_GROUP, VIEWS_GROUP
+from exporter.pack.vmalert import render_vmalert
 from exporter.slo import load_slo, seconds
 
 NAME = re.compile(r"[A-Za-z_][\w]*:[\w:]*[\w]")
@@ -175,3 +176,26 @@ def test_no_rule_reads_a_record_written_by_a_later_group_or_a_later_rule(steady,
                 written.add(r["record"])
     parsed = groups_from_data(groups, "pack")
     assert evaluation_order([r for g in parsed for r in g.rules]) is not None
+
+
+@pytest.mark.parametrize("variant", ["slow alerts disabled", "slow_for beyond every wait"])
+def test_the_baselines_are_recorded_where_no_alert_waits_slow_for(variant):
+    """With no alert in the slow group, the group is still rendered with the baselines the faster
+    alerts read: every recorded name a rule reads is recorded by some rule, in every file."""
+    slo = load_slo(None)
+    if variant == "slow_for beyond every wait":
+        slo["slow_for"] = "100h"
+    else:
+        for cfg in slo["alerts"].values():
+            if seconds(cfg["for"]) >= seconds(slo["slow_for"]):
+                cfg["enabled"] = False
+    for text in (rules_mod.render_plain(slo), render_vmalert(slo)):
+        groups = yaml.safe_load(text)["groups"]
+        slow = next(g for g in groups if g["name"] == SLOW_GROUP)
+        assert not [r for r in slow["rules"] if "alert" in r]
+        every = {r["record"] for g in groups for r in g["rules"] if "record" in r}
+        assert "job_instance_target:vllm_scrape_target:max_over_time1h" in every
+        for g in groups:
+            for r in g["rules"]:
+                read = {n for n in NAME.findall(r["expr"]) if n.startswith(("namespace", "job_instance"))}
+                assert read <= every, (r.get("record") or r.get("alert"), read - every)
