@@ -473,10 +473,15 @@ def place_groups(instances: List[Instance], work: Path, tick_s: float, say) -> D
         say("  (xxhash missing: each group evaluates at the moment Prometheus hashes for it)")
         return {}
     out = {}
-    for inst, target in zip(ruled, phases.targets(len(ruled), EVAL_INTERVAL, tick_s)):
+    spots = list(zip(ruled, phases.targets(len(ruled), EVAL_INTERVAL, tick_s)))
+    taken = [(target, EVAL_INTERVAL) for _, target in spots]  # every alerting group's moment
+    for inst, target in spots:
+        every = group_intervals([inst.rule_files[0]])
         group = load_rules(inst.rule_files[0])[0]["_group"]
+        later = [(g, s) for g, s in every.items() if g != group]  # the slower groups, at whole ticks
         inst.rule_files = [phases.placed_copy(inst.rule_files[0], work / "rules" / inst.name, group, target,
-                                              EVAL_INTERVAL)] + inst.rule_files[1:]
+                                              EVAL_INTERVAL, later=later, tick_s=tick_s, taken=taken)] + inst.rule_files[1:]
+        taken += [(phases.group_offset_s(str(inst.rule_files[0]), g, s), s) for g, s in later]
         out[inst.name] = (group, phases.group_offset_s(str(inst.rule_files[0]), group, EVAL_INTERVAL))
     return out
 
