@@ -57,7 +57,7 @@ def _collide(a: Tuple[float, float], b: Tuple[float, float], apart_s: float) -> 
 
 
 def placed_copy(src: Path, into: Path, group: str, target_s: float, interval_s: float,
-                tolerance_s: float = 0.05, tries: int = 2_000_000, later: Sequence[Tuple[str, float]] = (),
+                tolerance_s: float = 0.05, tries: int = 20_000_000, later: Sequence[Tuple[str, float]] = (),
                 tick_s: float = 0.0, taken: Sequence[Tuple[float, float]] = (), apart_s: float = 1.0) -> Path:
     """A copy of ``src`` in ``into`` named so that ``group`` is evaluated within ``tolerance_s``
     of ``target_s`` into every interval, and each of its ``later`` groups (name, interval) at the
@@ -67,8 +67,9 @@ def placed_copy(src: Path, into: Path, group: str, target_s: float, interval_s: 
     slow as the same rules elsewhere."""
     into.mkdir(parents=True, exist_ok=True)
     phase = target_s % tick_s if tick_s else 0.0
+    base = into.resolve()  # once: a path resolved at every try costs more than its hash
     for i in range(tries):
-        p = (into / f"{src.stem}-{i}.yml").resolve()
+        p = base / f"{src.stem}-{i}.yml"
         if _distance(group_offset_s(str(p), group, interval_s), target_s, interval_s) > tolerance_s:
             continue
         placed = [(target_s, interval_s)]
