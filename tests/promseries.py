@@ -196,7 +196,8 @@ def rules_for(alerts: Sequence[str], rules_path: Path = RULES) -> dict:
     """The rule file cut to what ``alerts`` read: their alerting rules and every recording rule
     their expressions reach, directly or through other recording rules, each rule as written in
     the file, in the file's groups and order (a rule's value depends only on its inputs and on the
-    rules before it, so the cut evaluates every kept rule exactly as the whole file does). A
+    recording rules it reads, before it or, a baseline of a later group, at the evaluation before,
+    all of them kept, so the cut evaluates every kept rule exactly as the whole file does). A
     promtool case over a day of history then evaluates a handful of rules per step, not all."""
     data = yaml.safe_load(rules_path.read_text())
     rules = [r for g in data["groups"] for r in g["rules"]]

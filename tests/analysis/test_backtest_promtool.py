@@ -10,8 +10,11 @@ difference fails.
 Scenarios (the incident replay and the busy day of the real pack are compared in
 test_incident_scenario, in the same promtool run that gives their timelines): crafted
 rules for ``for``, ``keep_firing_for``, stale markers, series appearing and disappearing, counter
-resets, ``histogram_quantile`` edge cases, ``group_left`` joins and label templates; and a rule
-group that reads its own output (evaluated one step at a time).
+resets, ``histogram_quantile`` edge cases, ``group_left`` joins and label templates; a rule
+group that reads its own output (evaluated one step at a time); rules that read a later rule's
+record, in their group and in a later group (evaluated in blocks, each reader seeing what the
+writer recorded before its evaluation); and such reads blocks cannot serve (inside a subquery, by
+a selector without an exact name: one step at a time).
 """
 
 from __future__ import annotations
