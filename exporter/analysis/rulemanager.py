@@ -78,12 +78,14 @@ def _reads(rules: List[Rule]) -> List[List[int]]:
     return out
 
 
-def lagged_names(rules: List[Rule]) -> List[FrozenSet[str]]:
+def _lagged(rules: List[Rule], reads: List[List[int]]) -> List[FrozenSet[str]]:
     """For each rule, the names it reads that only rules at or after it record: what it sees of
     them at an evaluation is what they recorded before it."""
-    reads = _reads(rules)
-    return [frozenset(rules[w].name for w in ws if w >= j and not any(k < j for k in ws if rules[k].name == rules[w].name))
-            for j, ws in enumerate(reads)]
+    out = []
+    for j, ws in enumerate(reads):
+        before = {rules[w].name for w in ws if w < j}
+        out.append(frozenset(rules[w].name for w in ws if w >= j and rules[w].name not in before))
+    return out
 
 
 def _unlaggable(rule: Rule, names: FrozenSet[str]) -> Optional[str]:
@@ -103,19 +105,25 @@ def _unlaggable(rule: Rule, names: FrozenSet[str]) -> Optional[str]:
     return None
 
 
-def _order_or_reason(rules: List[Rule]) -> Tuple[Optional[List[int]], str]:
+def _plan(rules: List[Rule]) -> Tuple[Optional[List[int]], str, List[FrozenSet[str]]]:
+    """(``evaluation_order``, why there is none or "", each rule's lagged names)."""
     reads = _reads(rules)
-    lagged = lagged_names(rules)
+    lagged = _lagged(rules, reads)
+
+    def refused(why: str):
+        return None, why, lagged
+
     for j, ws in enumerate(reads):
         if j in ws:
-            return None, f"{rules[j].kind} {rules[j].name!r} reads its own output"
+            return refused(f"{rules[j].kind} {rules[j].name!r} reads its own output")
         before = {rules[w].name for w in ws if w < j}
         both = [w for w in ws if w > j and rules[w].name in before]
         if both:
-            return None, f"{rules[j].kind} {rules[j].name!r} reads {rules[both[0]].name!r}, recorded both before and after it"
+            return refused(f"{rules[j].kind} {rules[j].name!r} reads {rules[both[0]].name!r}, "
+                           "recorded both before and after it")
         why = _unlaggable(rules[j], lagged[j]) if lagged[j] else None
         if why:
-            return None, f"{rules[j].kind} {rules[j].name!r} reads {sorted(lagged[j])[0]!r}, recorded after it, {why}"
+            return refused(f"{rules[j].kind} {rules[j].name!r} reads {sorted(lagged[j])[0]!r}, recorded after it, {why}")
     waits = [set(ws) for ws in reads]
     last: Dict[str, int] = {}
     for i, r in enumerate(rules):  # rules recording one name keep their file order (the first write wins)
@@ -138,9 +146,10 @@ def _order_or_reason(rules: List[Rule]) -> Tuple[Optional[List[int]], str]:
             if not waits[k]:
                 heapq.heappush(ready, k)
     if len(order) < len(rules):
-        stuck = min(k for k in range(len(rules)) if k not in set(order))
-        return None, f"{rules[stuck].kind} {rules[stuck].name!r} reads, through other rules, what it records"
-    return order, ""
+        placed = set(order)
+        stuck = min(k for k in range(len(rules)) if k not in placed)
+        return refused(f"{rules[stuck].kind} {rules[stuck].name!r} reads, through other rules, what it records")
+    return order, "", lagged
 
 
 def evaluation_order(rules: List[Rule]) -> Optional[List[int]]:
@@ -149,18 +158,7 @@ def evaluation_order(rules: List[Rule]) -> Optional[List[int]]:
     such order evaluates the rules in blocks exactly as one step at a time in file order: a rule
     reading its own output, directly or through others; a name recorded both before and after a
     reader; a later rule's name read inside a subquery or by a selector without an exact name."""
-    return _order_or_reason(rules)[0]
-
-
-def forward_references(rules: List[Rule]) -> List[Tuple[Rule, Rule]]:
-    """Pairs (reader, writer) where a rule reads a name recorded by itself or a later rule (the
-    reads ``run`` evaluates lagged: what the writer recorded before that evaluation)."""
-    out = []
-    for j, ws in enumerate(_reads(rules)):
-        later = [w for w in ws if w >= j]
-        if later:
-            out.append((rules[j], rules[later[0]]))
-    return out
+    return _plan(rules)[0]
 
 
 def circular_reads(rules: List[Rule]) -> List[Tuple[Rule, Rule]]:
@@ -209,8 +207,7 @@ def run(groups: List[Group], store: Store, times: np.ndarray, interval_ms: int,
     flat: List[Tuple[Group, Rule]] = [(g, r) for g in groups for r in g.rules]
     rules = [r for _, r in flat]
     result = Run(times, interval_ms, store, alertnames=sorted({r.name for r in rules if r.kind == "alert"}))
-    sequence, reason = _order_or_reason(rules)
-    lagged = lagged_names(rules)
+    sequence, reason, lagged = _plan(rules)
     if sequence is None:  # one step at a time in file order: a later rule has not run yet at a step
         block_steps = 1
         sequence = list(range(len(rules)))
