@@ -59,7 +59,6 @@ def names(c: Ctx) -> dict:
         "sidecar_long": c.rec("vllm_sidecar_long_prompt_requests", "rate", sw),
         "sidecar_long_ratio": c.rec("vllm_sidecar_long_prompt_requests", "ratio_rate", sw),
         "sidecar_long_slow": c.rec("vllm_sidecar_long_prompt_requests", "rate", c.rate_window),
-        "sidecar_long_slow_ratio": c.rec("vllm_sidecar_long_prompt_requests", "ratio_rate", c.rate_window),
         "sidecar_long_normal": c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "normal_rate" + sw),
         "sidecar_long_slow_normal": c.mrec("vllm_sidecar_long_prompt_requests_per_replica",
                                            "normal_rate" + c.rate_window),
@@ -112,10 +111,10 @@ def inputs(c: Ctx) -> List[Recording]:
         Recording(n["sidecar_long_ratio"], f"max by ({c.per_replica}) (vllm_sidecar_long_prompt_request_ratio{s()})"),
         # ... averaged over windows.rate: a sustained surge too slow for the sidecar's per-minute
         # floor (fewer than long_prompt.min_count a minute) still counts over five minutes (the
-        # share a plain mean of the 1-minute shares: a quiet minute weighs as much as a busy one;
-        # min_per_second bounds what that can do)
+        # share is averaged likewise where the slower surge reads it, ``normals``: a plain mean of
+        # the 1-minute shares, a quiet minute weighs as much as a busy one; min_per_second bounds
+        # what that can do)
         Recording(n["sidecar_long_slow"], f"avg_over_time({n['sidecar_long']}[{c.rate_window}])"),
-        Recording(n["sidecar_long_slow_ratio"], f"avg_over_time({n['sidecar_long_ratio']}[{c.rate_window}])"),
         Recording(n["uptime"], f"time() - max by ({r}) (process_start_time_seconds{s()} and on ({c.target}) "
                                f"vllm:num_requests_running{s()})"),
         # vLLM is expected to answer this sidecar: it has before, or the startup grace is over (a
@@ -194,13 +193,16 @@ def comparisons(c: Ctx) -> List[Recording]:
                 f"  and on ({g})\n  {enough}\n)")
 
     held_avg = c.rec("vllm_requests_held_back", "avg_over_time" + c.windows["held_back"])
-    held_recent = c.rec("vllm_requests_held_back", "avg_over_time" + c.windows["episode_recent"])
+    # the firm held-back signal's share of windows.episode_recent, read here only
+    held_recent = (f"avg_over_time({c.rec('vllm_requests_held_back_firm', 'bool')}"
+                   f"[{c.windows['episode_recent']}])")
     return [
         Recording(n["sidecar_long_surge"], surge(n["sidecar_long"], n["sidecar_long_normal"], n["sidecar_long_ratio"])),
         # the sidecar's 5-minute average against the normal of its kind (the sidecar's threshold,
         # over the same window)
         Recording(n["sidecar_long_surge_slow"],
-                  surge(n["sidecar_long_slow"], n["sidecar_long_slow_normal"], n["sidecar_long_slow_ratio"])),
+                  surge(n["sidecar_long_slow"], n["sidecar_long_slow_normal"],
+                        f"avg_over_time({n['sidecar_long_ratio']}[{c.rate_window}])")),
         Recording(n["long_surge"], surge(c.rec("vllm_long_prompt_requests", "rate"), n["long_normal"],
                                          c.rec("vllm_long_prompt_requests", "ratio_rate"))),
         Recording(n["speed_vs_peers"], vs_peers(speed) + f"\nunless on ({c.per_pod})\n{c.prefill()}"),

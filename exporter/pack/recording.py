@@ -33,14 +33,16 @@ SIDECAR_SUMMARIES: Dict[str, str] = {"vllm_time_to_first_token_seconds": "vllm_s
 def finished(c: Ctx, kind: str = "") -> str:
     """Finished requests per second of each replica and model: all of them (``kind`` ""), the
     failed ones (``"errors"``) or all but the clients' aborts (``"valid"``), from the recorded
-    rates of all and of each of the two reasons (a reason vLLM has not counted yet is 0)."""
+    rate of all and vLLM's counter of each of the two reasons (a reason vLLM has not counted yet
+    is 0). The two reasons are read where they are needed, not recorded: each is read by one rule
+    of the alerting group (the availability SLI) and by one view."""
     every = c.rec("vllm_requests_finished", "rate")
     if not kind:
         return every
-    name = {"errors": c.rec("vllm_request_errors", "rate"), "valid": c.rec("vllm_requests_aborted", "rate")}[kind]
+    rate = c.rate("vllm:request_success_total", "", ERR if kind == "errors" else ABORT)
     if kind == "errors":
-        return f"({name} or {every} * 0)"
-    return f"({every} - on ({c.per_replica}) ({name} or {every} * 0))"
+        return f"({rate} or {every} * 0)"
+    return f"({every} - on ({c.per_replica}) ({rate} or {every} * 0))"
 
 
 def throughput(c: Ctx) -> List[Recording]:
@@ -48,23 +50,17 @@ def throughput(c: Ctx) -> List[Recording]:
     return [
         Recording(c.rec("vllm_generation_tokens", "rate"), c.rate("vllm:generation_tokens_total")),
         Recording(c.rec("vllm_prompt_tokens", "rate"), c.rate("vllm:prompt_tokens_total")),
-        # finished requests, all of them and those of the two reasons every count below needs
-        # (errors; aborts, which are the clients' and left out of the valid ones): vLLM's counter
-        # read once each, the per-reason ones one series a replica
+        # finished requests, all of them (the errors and the clients' aborts every count below
+        # needs are read from vLLM's counter where they are needed: ``finished``)
         Recording(c.rec("vllm_requests_finished", "rate"), c.rate("vllm:request_success_total")),
-        Recording(c.rec("vllm_request_errors", "rate"), c.rate("vllm:request_success_total", "", ERR)),
-        Recording(c.rec("vllm_requests_aborted", "rate"), c.rate("vllm:request_success_total", "", ABORT)),
         # vLLM creates labelled series lazily on some releases: no "error" series means no error yet
         Recording(c.rec("vllm_request_errors", "ratio_rate"),
                   f"{finished(c, 'errors')}\n/ on ({c.per_replica})\n({finished(c, 'valid')} > 0)"),
         Recording(c.rec("vllm_preemptions", "rate"), c.rate("vllm:num_preemptions_total")),
-        # over the sustain window too: "preempting at every evaluation" is read from this one
-        Recording(c.rec("vllm_preemptions", "rate", c.sustain_window), c.rate("vllm:num_preemptions_total", c.sustain_window)),
         # preemptions counted over a window of many scrapes (60 s scrapes included), so bursts a few
         # minutes apart never read as zero in between
         Recording(c.rec("vllm_preemptions", "increase" + c.windows["preemptions"]),
                   f"sum by ({c.per_replica}) (increase(vllm:num_preemptions_total{c.selector()}[{c.windows['preemptions']}]))"),
-        Recording(c.rec("vllm_admission_rejections", "rate"), c.rate("vllm:admission_rejections_total")),
     ]
 
 
@@ -97,7 +93,6 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     running = c.rec("vllm_requests_running", "sum")
     waiting = c.rec("vllm_requests_waiting", "sum")
     reason = c.rec("vllm_requests_waiting_capacity_reason", "sum")
-    uncontended = c.rec("vllm_requests_running_uncontended", "sum")
     m_uncontended = c.mrec("vllm_requests_running_uncontended", "max")
     ceiling = c.mrec("vllm_batch_ceiling", "max")
     cap = c.rec("vllm_requests_waiting_capacity", "sum")
@@ -115,19 +110,30 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     sidecar_share = f"max by ({by}) (vllm_sidecar_kv_cache_capacity_wait_poll_ratio{s()})"
     held = c.rec("vllm_requests_held_back", "bool")
     wait_share = c.rec("vllm_requests_waiting_capacity", "share")
-    cap_firm = c.rec("vllm_requests_waiting_capacity_firm", "sum")
 
     extra = c.rec("vllm_requests_preempted_or_rejected", "sum")
 
     def held_back_bool(share: str) -> str:
         return f"clamp_max(\n  {share}\n  + on ({by})\n  {extra},\n  1\n)"
 
-    # preempting while the waits reached kv_cache.held_back_share in windows.held_back, plus
-    # rejecting requests: 0, 1 or 2, what both held-back signals add to their waits
-    extra_expr = (f"(\n  ({c.rec('vllm_preemptions', 'rate', c.sustain_window)} > bool 0)\n"
+    # preempting (over the sustain window: "preempting at every evaluation") while the waits
+    # reached kv_cache.held_back_share in windows.held_back, plus rejecting requests: 0, 1 or 2,
+    # what both held-back signals add to their waits (vLLM's counters read here, their only reader)
+    preempting = c.rate("vllm:num_preemptions_total", c.sustain_window)
+    rejecting = c.rate("vllm:admission_rejections_total")
+    extra_expr = (f"(\n  ({preempting} > bool 0)\n"
                   f"  * on ({by})\n  (max_over_time({wait_share}[{c.windows['held_back']}]) >= bool "
                   f"{kv['held_back_share']})\n  or on ({by})\n  {wait_share} * 0\n)\n"
-                  f"+ on ({by})\n(({c.rec('vllm_admission_rejections', 'rate')} > bool 0) or on ({by}) {wait_share} * 0)")
+                  f"+ on ({by})\n(({rejecting} > bool 0) or on ({by}) {wait_share} * 0)")
+    # ... the waits only the batch's room explains: where a ceiling is known, a wait with the batch
+    # at it is the batch's, whatever the usage gauge reads (what keeps a chronic overload's alerts
+    # firing between waves counts only these: a busy replica at its ceiling after an overload, one
+    # request waiting a scrape now and then, never reopens it); read by the firm signal only
+    cap_firm = (f"(\n  {reason} > 0\n  and on ({by})\n  (\n"
+                f"    {running_raw} < on ({svc}) group_left () ({kv['batch_room']} * {ceiling})\n    or on ({by})\n"
+                f"    (({usage_raw}) >= {kv['warn']} unless on ({svc}) {ceiling})\n"
+                f"  )\n)\n"
+                f"or\n{reason} * 0")
     return [
         Recording(usage,
                   f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor\nmax by ({by}) (vllm:gpu_cache_usage_perc{s()})"),
@@ -145,24 +151,14 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         # waits the cache explains): where the sidecar serves its share of polls with requests held
         # back, that share is the signal and this path is not read.
         Recording(reason, f"{by_reason}\nor\nsum by ({by}) (vllm:num_requests_waiting{s(ns)})"),
-        # the batch while nothing waits for capacity: what the traffic asked for, never a held-back batch
-        Recording(uncontended, f"{running}\nand on ({by})\n({reason} == 0)"),
-        Recording(m_uncontended, f"max by ({svc}) ({uncontended})"),
+        # the batch while nothing waits for capacity: what the traffic asked for, never a held-back
+        # batch (the largest of the model's replicas)
+        Recording(m_uncontended, f"max by ({svc}) (\n  {running}\n  and on ({by})\n  ({reason} == 0)\n)"),
         Recording(ceiling, ceiling_expr),
         Recording(cap,
                   f"(\n  {reason} > 0\n  and on ({by})\n  (\n"
                   f"    ({usage_raw}) >= {kv['warn']}\n    or on ({by})\n"
                   f"    {running_raw} < on ({svc}) group_left () ({kv['batch_room']} * {ceiling})\n  )\n)\n"
-                  f"or\n{reason} * 0"),
-        # ... and those only the batch's room explains: where a ceiling is known, a wait with the
-        # batch at it is the batch's, whatever the usage gauge reads (what keeps a chronic overload's
-        # alerts firing between waves counts only these: a busy replica at its ceiling after an
-        # overload, one request waiting a scrape now and then, never reopens it)
-        Recording(cap_firm,
-                  f"(\n  {reason} > 0\n  and on ({by})\n  (\n"
-                  f"    {running_raw} < on ({svc}) group_left () ({kv['batch_room']} * {ceiling})\n    or on ({by})\n"
-                  f"    (({usage_raw}) >= {kv['warn']} unless on ({svc}) {ceiling})\n"
-                  f"  )\n)\n"
                   f"or\n{reason} * 0"),
         # requests waiting for capacity the cache cannot give (0-1): the sidecar's share of its polls
         # where it has it, else 1 while the raw series show KV-bound waiters
@@ -177,14 +173,15 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         Recording(c.rec("vllm_requests_held_back", "bool"), held_back_bool(wait_share)),
         # the same from the waits only the batch's room explains (the sidecar's share where it has it)
         Recording(c.rec("vllm_requests_held_back_firm", "bool"),
-                  held_back_bool(f"({sidecar_share}\n  or on ({by})\n  ({cap_firm} > bool 0))")),
+                  held_back_bool(f"({sidecar_share}\n  or on ({by})\n  ((\n{indent(cap_firm, 4)}\n  ) > bool 0))")),
         *held_back_shares(c, held, sidecar_share),
     ]
 
 
 def held_back_shares(c: Ctx, held: str, sidecar_share: str) -> List[Recording]:
-    """The held-back signal (``held``, at each evaluation) as shares of two windows: the KV alert's
-    and the chronic overload's."""
+    """The held-back signal (``held``, at each evaluation) as a share of the KV alert's window (the
+    firm signal's share of the chronic overload's window is read where it is needed, by
+    ``conditions.normals``)."""
     by, s, kv = c.per_replica, c.selector, c.slo["kv_cache"]
     return [
         # its share over the held-back window, recorded so that the KV alert can ask whether it was
@@ -202,10 +199,6 @@ def held_back_shares(c: Ctx, held: str, sidecar_share: str) -> List[Recording]:
                   f"or on ({by})\n"
                   f"(\n  avg_over_time({held}[{c.windows['held_back_sparse']}])\n"
                   f"  and on ({by})\n  {held} offset {c.windows['held_back_sparse']}\n)"),
-        # its share over windows.episode_recent: what keeps a chronic overload's alerts firing
-        # between waves
-        Recording(c.rec("vllm_requests_held_back", "avg_over_time" + c.windows["episode_recent"]),
-                  f"avg_over_time({c.rec('vllm_requests_held_back_firm', 'bool')}[{c.windows['episode_recent']}])"),
     ]
 
 
@@ -325,7 +318,7 @@ def _http(c: Ctx, status: str) -> str:
 
 def availability_errors(c: Ctx) -> str:
     """Failed requests per second of one replica, per the SLO's availability SLI."""
-    engine = c.rec("vllm_request_errors", "rate")
+    engine = c.rate("vllm:request_success_total", "", ERR)
     zero = f"{finished(c)} * 0"  # no error series yet: no error yet
     sli = c.slo["availability_sli"]
     if sli == "engine":

@@ -50,7 +50,6 @@ def names(c: Ctx) -> Dict[str, str]:
         "side_at_saturation": c.mrec("vllm_side_tokens_per_instance_saturated", "rate"),
         "side_capacity": c.mrec("vllm_side_tokens_per_instance_capacity", "max"),
         "side_load": c.mrec("vllm_side_load", "ratio"),
-        "waiting": c.rec("vllm_requests_waiting_capacity_reason", "avg_over_time" + W),
         "side_waiting": c.mrec("vllm_side_requests_waiting_per_instance", "avg"),
         "side_kv": c.mrec("vllm_side_kv_cache_usage", "avg"),
         "side_saturated": c.mrec("vllm_side_saturated", "waiting"),
@@ -165,8 +164,9 @@ def pd_balance(c: Ctx) -> List[Recording]:
     output = _sidecar_or(c, "vllm_sidecar_generation_tokens_per_second",
                          c.rate("vllm:generation_tokens_total", "", c.no_sidecar))
     # averaged over the rate window: a busy prefill instance always has a request or two waiting
-    # for its next step, a saturated one a queue that stays
-    waiting = n["waiting"]
+    # for its next step, a saturated one a queue that stays (read here, its only reader)
+    waiting = (f"sum by ({by}) (avg_over_time(vllm:num_requests_waiting_by_reason{s(CAPACITY_WAIT)}[{c.rate_window}]))\n"
+               f"or on ({by})\nsum by ({by}) (avg_over_time(vllm:num_requests_waiting{s()}[{c.rate_window}]))")
     usage = _sidecar_or(c, "vllm_sidecar_kv_cache_usage_ratio",
                         f"max by ({by}) (vllm:kv_cache_usage_perc{s(c.no_sidecar)})\nor on ({by})\n"
                         f"max by ({by}) (vllm:gpu_cache_usage_perc{s(c.no_sidecar)})")
@@ -191,11 +191,7 @@ def pd_balance(c: Ctx) -> List[Recording]:
             f"{n['side_capacity']})")
     return [
         Recording(n["side_tokens"], f"{per_side(prompt, 'prefill')}\nor\n{per_side(output, 'decode')}"),
-        # per replica, read once for both sides
-        Recording(waiting,
-                  f"sum by ({by}) (avg_over_time(vllm:num_requests_waiting_by_reason{s(CAPACITY_WAIT)}[{c.rate_window}]))\n"
-                  f"or on ({by})\nsum by ({by}) (avg_over_time(vllm:num_requests_waiting{s()}[{c.rate_window}]))"),
-        # ... the same figure for both sides, each side's instances averaged (read once)
+        # the same figure for both sides, each side's instances averaged
         Recording(n["side_waiting"], per_side(waiting)),
         Recording(n["side_kv"], per_side(usage)),
         # the side's requests waiting per instance, where at least disaggregation.saturated_waiting

@@ -111,9 +111,10 @@ def test_the_ceiling_is_the_uncontended_batch_or_the_operators_max_num_seqs():
         return {r.get("record"): r["expr"] for g in yaml.safe_load(rules_mod.render_plain(slo))["groups"]
                 for r in g["rules"]}
     learned = rules(load_slo(None))
-    assert learned["namespace_pod_model:vllm_requests_running_uncontended:sum"] == (
-        "namespace_pod_model:vllm_requests_running:sum\nand on (cluster, namespace, pod, model_name)\n"
-        "(namespace_pod_model:vllm_requests_waiting_capacity_reason:sum == 0)")
+    assert learned["namespace_model:vllm_requests_running_uncontended:max"] == (
+        "max by (cluster, namespace, model_name) (\n  namespace_pod_model:vllm_requests_running:sum\n"
+        "  and on (cluster, namespace, pod, model_name)\n"
+        "  (namespace_pod_model:vllm_requests_waiting_capacity_reason:sum == 0)\n)")
     # the raw path reads vLLM's series of the pods without a sidecar only
     reason = learned["namespace_pod_model:vllm_requests_waiting_capacity_reason:sum"]
     assert reason.count('vllm_sidecar=""') == 2 and reason.count('vllm:num_requests_waiting') == 2
