@@ -79,9 +79,11 @@ def names(c: Ctx) -> dict:
 def by_role(c: Ctx, per_replica: str) -> str:
     """``per_replica`` with its replica's ``role`` label: the series only compared within a model
     and role are recorded with it (joined once: the sidecar's long-prompt inputs here in ``inputs``,
-    the tokens per running request in ``recording.kv_and_queue``), every other series is joined here."""
+    the raw long-prompt rate and the tokens per running request in ``recording``), every other
+    series is joined here."""
     n = names(c)
-    labelled = (n["sidecar_long"], n["sidecar_long_slow"], c.rec("vllm_generation_tokens_per_running_request", "rate"))
+    labelled = (n["sidecar_long"], n["sidecar_long_slow"], c.rec("vllm_long_prompt_requests", "rate"),
+                c.rec("vllm_generation_tokens_per_running_request", "rate"))
     return per_replica if per_replica in labelled else c.with_role(per_replica)
 
 

@@ -127,7 +127,7 @@ class Ctx:
     @property
     def vllm_rates(self) -> Tuple[str, ...]:
         """The per-replica recorded rates made of vLLM's own counters alone (no sidecar series)."""
-        return (self.rec("vllm_generation_tokens", "rate"), self.rec("vllm_long_prompt_requests", "rate"))
+        return (self.rec("vllm_generation_tokens", "rate"),)
 
     def with_role(self, per_replica: str, from_vllm: bool = False) -> str:
         """A per-replica-and-model expression with its replica's ``role`` label added (the role rule

@@ -209,9 +209,12 @@ def prompts_and_cache(c: Ctx) -> List[Recording]:
     long_rate = c.rec("vllm_long_prompt_requests", "rate")
     return [
         # the raw path of the long-prompt rate: pods without a sidecar (the sidecar serves its own,
-        # conditions.inputs, read over its 1-minute window and averaged over windows.rate)
-        Recording(long_rate, f"{c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)}\n-\n"
-                             f"{c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher, c.no_sidecar)}"),
+        # conditions.inputs, read over its 1-minute window and averaged over windows.rate), with the
+        # replica's role as the sidecar's (joined once, here: its readers compare it within a model
+        # and role, and on a fleet where every pod has a sidecar none of them reads the roles)
+        Recording(long_rate, c.with_role(f"{c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)}\n-\n"
+                                         f"{c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher, c.no_sidecar)}",
+                                         from_vllm=True)),
         Recording(c.rec("vllm_long_prompt_requests", "ratio_rate"),
                   f"{long_rate}\n/ on ({by})\n({c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)} > 0)"),
         Recording(c.rec("vllm_prefix_cache_hit", "ratio_rate"),
@@ -236,7 +239,7 @@ def fleet_normal(c: Ctx) -> List[Recording]:
     busy = c.slo["gpu_busy_low"]["busy_utilization"]
     return [
         Recording(c.mrec("vllm_long_prompt_requests_per_replica", "rate"),
-                  f"avg by ({g}) {c.with_role(c.rec('vllm_long_prompt_requests', 'rate'))}"),
+                  f"avg by ({g}) ({conditions.by_role(c, c.rec('vllm_long_prompt_requests', 'rate'))})"),
         # the same from the sidecars' own windows (their threshold is long_prompt.tokens exactly,
         # the rules' is vLLM's bucket bound at or above it: each is compared with its own kind)
         Recording(c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"),

@@ -39,14 +39,17 @@ def test_promtool_labelled_pods_are_read_through_the_sidecar_and_the_raw_path_on
     ``unlabelled`` (a sidecar saying 0.5 s, but its target not labelled) records the sidecar's 0.5 as
     well (the sidecar's figure first, the raw one read for it too); ``orphan`` (labelled, no sidecar
     series) records nothing: the raw path leaves a labelled pod out. The raw long-prompt rate is
-    recorded for the unlabelled pods only, although ``side``'s sidecar serves a rate of its own (0.2,
-    recorded as the sidecar's 5-minute rate, beside the buckets' 0.5 of the others)."""
+    recorded for the unlabelled pods only, with their role (``both``: no sidecar says another),
+    although ``side``'s sidecar serves a rate of its own (0.2, recorded as the sidecar's 5-minute
+    rate, beside the buckets' 0.5 of the others)."""
     side, plain = vllm_labels(pod="side", **{LABEL: "true"}), vllm_labels(pod="plain")
     unlabelled, orphan = vllm_labels(pod="unlabelled"), vllm_labels(pod="orphan", **{LABEL: "true"})
     inputs = []
     for lab in (side, plain, unlabelled, orphan):
         inputs += slow_ttft(lab)
         inputs += prompts_series(N, lambda m: 60, lambda m: 30, lab)
+        # vLLM's running requests, on every page it serves: the replicas (and roles) the rules know
+        inputs.append(series("vllm:num_requests_running", lab, [4] * (N + 1)))
     inputs += [sidecar_p95("side", 0.5), sidecar_p95("unlabelled", 0.5),
                series("vllm_sidecar_long_prompt_requests_per_second", sidecar_labels("side", model_name="llama-70b"),
                       [0.2] * (N + 1))]
@@ -54,7 +57,8 @@ def test_promtool_labelled_pods_are_read_through_the_sidecar_and_the_raw_path_on
     case = {"interval": "1m", "input_series": inputs, "promql_expr_test": [
         {"expr": TTFT, "eval_time": "15m", "exp_samples": [
             sample(TTFT, "side", 0.5, **q), sample(TTFT, "plain", 4.875, **q), sample(TTFT, "unlabelled", 0.5, **q)]},
-        {"expr": LONG, "eval_time": "15m", "exp_samples": [sample(LONG, "plain", 0.5), sample(LONG, "unlabelled", 0.5)]},
+        {"expr": LONG, "eval_time": "15m", "exp_samples": [sample(LONG, "plain", 0.5, role="both"),
+                                                                   sample(LONG, "unlabelled", 0.5, role="both")]},
         {"expr": SIDECAR_LONG, "eval_time": "15m", "exp_samples": [sample(SIDECAR_LONG, "side", 0.2, role="both")]},
     ]}
     r = run_promtool(tmp_path, [case], alerts=None)
@@ -103,7 +107,7 @@ def test_promtool_long_prompt_surge_reads_the_sidecar_where_a_pod_has_one(tmp_pa
     raw = "namespace_pod_model:vllm_long_prompt_requests:rate5m"
     case = {"interval": "1m", "input_series": inputs,
             "promql_expr_test": [{"expr": raw, "eval_time": "10m", "exp_samples": [
-                sample(raw, "unlabelled", 0.5), sample(raw, "plain", 0.5)]}],
+                sample(raw, "unlabelled", 0.5, role="both"), sample(raw, "plain", 0.5, role="both")]}],
             "alert_rule_test": [{"eval_time": "10m", "alertname": "VLLMLongPromptSurge", "exp_alerts": [
                 expect("VLLMLongPromptSurge", {**OUT, "pod": "side"}, "400m", evidence=["40%", "none"]),
                 expect("VLLMLongPromptSurge", {**OUT, "pod": "unlabelled"}, "500m", evidence=["0%", "none"]),
