@@ -15,6 +15,7 @@ from .names import Names, grouping, model_labels, outer_labels
 # Matchers on vLLM's own label values (not thresholds: these are vLLM's vocabulary)
 ERR = 'finished_reason="error"'
 ABORT = 'finished_reason="abort"'
+NOT_ABORT = 'finished_reason!="abort"'
 CAPACITY = 'reason="capacity"'
 S5XX = 'status="5xx"'
 NOT4XX = 'status!~"4xx"'

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 from . import conditions, longreads, recording_pd
-from .context import ABORT, CAPACITY, ERR, NOT4XX, S5XX, Ctx, indent, le_for
+from .context import ABORT, CAPACITY, ERR, NOT4XX, NOT_ABORT, S5XX, Ctx, indent, le_for
 from .names import LATENCY_HISTOGRAMS
 from .recorded import Recording
 
@@ -31,18 +31,24 @@ SIDECAR_SUMMARIES: Dict[str, str] = {"vllm_time_to_first_token_seconds": "vllm_s
 
 
 def finished(c: Ctx, kind: str = "") -> str:
-    """Finished requests per second of each replica and model: all of them (``kind`` ""), the
-    failed ones (``"errors"``) or all but the clients' aborts (``"valid"``), from the recorded
-    rate of all and vLLM's counter of each of the two reasons (a reason vLLM has not counted yet
-    is 0). The two reasons are read where they are needed, not recorded: each is read by one rule
-    of the alerting group (the availability SLI) and by one view."""
+    """Finished requests per second of each replica and model, for the alerting group: all of them
+    (``kind`` ""), or all but the clients' aborts (``"valid"``: the recorded rate of all less
+    vLLM's counter of aborts, read here and not recorded; no abort counted yet is none)."""
     every = c.rec("vllm_requests_finished", "rate")
     if not kind:
         return every
-    rate = c.rate("vllm:request_success_total", "", ERR if kind == "errors" else ABORT)
-    if kind == "errors":
-        return f"({rate} or {every} * 0)"
-    return f"({every} - on ({c.per_replica}) ({rate} or {every} * 0))"
+    aborts = c.rate("vllm:request_success_total", "", ABORT)
+    return f"({every} - on ({c.per_replica}) ({aborts} or {every} * 0))"
+
+
+def error_ratio(c: Ctx) -> str:
+    """The engine's failed requests over all but the clients' aborts, per replica: a view, read
+    from vLLM's counter alone at its own evaluation (not from the alerting group's records, written
+    up to one interval before: errors of now over requests of then could exceed 1). vLLM creates
+    labelled series lazily on some releases: no "error" series means no error yet."""
+    by = c.per_replica
+    valid = c.rate("vllm:request_success_total", "", NOT_ABORT)
+    return f"({c.rate('vllm:request_success_total', '', ERR)} or on ({by}) {valid} * 0)\n/ on ({by})\n({valid} > 0)"
 
 
 def throughput(c: Ctx) -> List[Recording]:
@@ -53,9 +59,7 @@ def throughput(c: Ctx) -> List[Recording]:
         # finished requests, all of them (the errors and the clients' aborts every count below
         # needs are read from vLLM's counter where they are needed: ``finished``)
         Recording(c.rec("vllm_requests_finished", "rate"), c.rate("vllm:request_success_total")),
-        # vLLM creates labelled series lazily on some releases: no "error" series means no error yet
-        Recording(c.rec("vllm_request_errors", "ratio_rate"),
-                  f"{finished(c, 'errors')}\n/ on ({c.per_replica})\n({finished(c, 'valid')} > 0)"),
+        Recording(c.rec("vllm_request_errors", "ratio_rate"), error_ratio(c)),
         Recording(c.rec("vllm_preemptions", "rate"), c.rate("vllm:num_preemptions_total")),
         # preemptions counted over a window of many scrapes (60 s scrapes included), so bursts a few
         # minutes apart never read as zero in between
