@@ -56,8 +56,9 @@ def throughput(c: Ctx) -> List[Recording]:
     return [
         Recording(c.rec("vllm_generation_tokens", "rate"), c.rate("vllm:generation_tokens_total")),
         Recording(c.rec("vllm_prompt_tokens", "rate"), c.rate("vllm:prompt_tokens_total")),
-        # finished requests, all of them (the errors and the clients' aborts every count below
-        # needs are read from vLLM's counter where they are needed: ``finished``)
+        # finished requests, all of them (the errors and the clients' aborts the counts below need
+        # are read from vLLM's counter where they are needed: ``finished``, ``error_ratio``,
+        # ``availability_errors``)
         Recording(c.rec("vllm_requests_finished", "rate"), c.rate("vllm:request_success_total")),
         Recording(c.rec("vllm_request_errors", "ratio_rate"), error_ratio(c)),
         Recording(c.rec("vllm_preemptions", "rate"), c.rate("vllm:num_preemptions_total")),
@@ -185,7 +186,7 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
 def held_back_shares(c: Ctx, held: str, sidecar_share: str) -> List[Recording]:
     """The held-back signal (``held``, at each evaluation) as a share of the KV alert's window (the
     firm signal's share of the chronic overload's window is read where it is needed, by
-    ``conditions.normals``)."""
+    ``conditions.comparisons``)."""
     by, s, kv = c.per_replica, c.selector, c.slo["kv_cache"]
     return [
         # its share over the held-back window, recorded so that the KV alert can ask whether it was
