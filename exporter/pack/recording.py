@@ -42,13 +42,16 @@ def finished(c: Ctx, kind: str = "") -> str:
 
 
 def error_ratio(c: Ctx) -> str:
-    """The engine's failed requests over all but the clients' aborts, per replica: a view, read
-    from vLLM's counter alone at its own evaluation (not from the alerting group's records, written
+    """The engine's failed requests over all but the clients' aborts, per replica: a view, both
+    read from vLLM's counter at its own evaluation (not from the alerting group's records, written
     up to one interval before: errors of now over requests of then could exceed 1). vLLM creates
-    labelled series lazily on some releases: no "error" series means no error yet."""
+    labelled series lazily on some releases: no "error" series means no error yet, a 0 for each
+    replica the alerting group's finished requests name (a value of 0 whatever its age; the
+    requests below decide which replicas have a ratio)."""
     by = c.per_replica
+    errors = c.rate("vllm:request_success_total", "", ERR)
     valid = c.rate("vllm:request_success_total", "", NOT_ABORT)
-    return f"({c.rate('vllm:request_success_total', '', ERR)} or on ({by}) {valid} * 0)\n/ on ({by})\n({valid} > 0)"
+    return f"({errors} or on ({by}) {finished(c)} * 0)\n/ on ({by})\n({valid} > 0)"
 
 
 def throughput(c: Ctx) -> List[Recording]:
