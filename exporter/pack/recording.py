@@ -31,9 +31,10 @@ SIDECAR_SUMMARIES: Dict[str, str] = {"vllm_time_to_first_token_seconds": "vllm_s
 
 
 def finished(c: Ctx, kind: str = "") -> str:
-    """Finished requests per second of each replica and model, for the alerting group: all of them
-    (``kind`` ""), or all but the clients' aborts (``"valid"``: the recorded rate of all less
-    vLLM's counter of aborts, read here and not recorded; no abort counted yet is none)."""
+    """Finished requests per second of each replica and model: all of them (``kind`` "": the
+    alerting group's record), or all but the clients' aborts (``"valid"``, for the availability
+    SLI in the same group: the record less vLLM's counter of aborts, read here and not recorded;
+    no abort counted yet is none)."""
     every = c.rec("vllm_requests_finished", "rate")
     if not kind:
         return every
