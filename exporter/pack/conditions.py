@@ -50,12 +50,11 @@ def names(c: Ctx) -> dict:
     """The names of this module's rules, for the alerts, runbooks and dashboards."""
     sw = c.windows["sidecar"]
     return {
-        "gpu_busy": pod_rec(c, "vllm_sidecar_gpu_mean_utilization_ratio", "max"),
         "uptime": pod_rec(c, "vllm_process_uptime_seconds", "max"),
-        "expected_up": pod_rec(c, "vllm_expected_up", "bool"),
+        "expected_down": target_rec(c, "vllm_sidecar_target_up", "down_expected"),
         "targets_present": target_rec(c, "vllm_scrape_target", "present", "job", "instance"),
         "targets_seen": "job_instance_target:vllm_scrape_target:max_over_time" + c.windows["target_seen"],
-        "targets_up": target_rec(c, "up", "max_seen" + c.windows["target_seen"]),
+        "targets_down": target_rec(c, "up", "down_seen" + c.windows["target_seen"]),
         "sidecar_long": c.rec("vllm_sidecar_long_prompt_requests", "rate", sw),
         "sidecar_long_ratio": c.rec("vllm_sidecar_long_prompt_requests", "ratio_rate", sw),
         "sidecar_long_slow": c.rec("vllm_sidecar_long_prompt_requests", "rate", c.rate_window),
@@ -76,6 +75,13 @@ def names(c: Ctx) -> dict:
     }
 
 
+def gpu_busy(c: Ctx) -> str:
+    """The pod's GPUs' mean utilization as the sidecar serves it, one series per pod: read where it
+    is compared (``busy_normal``, the busy replicas' throughput), not recorded (its readers ask it at
+    the same evaluation)."""
+    return f"max by ({c.per_pod}) (vllm_sidecar_gpu_mean_utilization_ratio{c.selector()})"
+
+
 def by_role(c: Ctx, per_replica: str) -> str:
     """``per_replica`` with its replica's ``role`` label: the series only compared within a model
     and role are recorded with it (joined once: the sidecar's long-prompt inputs here in ``inputs``,
@@ -88,8 +94,8 @@ def by_role(c: Ctx, per_replica: str) -> str:
 
 
 def inputs(c: Ctx) -> List[Recording]:
-    """Per-replica inputs the comparisons read: the GPUs' mean utilization, the sidecar's
-    long-prompt figures, the process's uptime, which targets were seen."""
+    """Per-replica inputs the comparisons read: the sidecar's long-prompt figures, the process's
+    uptime, which targets were seen."""
     n, s, r = names(c), c.selector, c.per_pod
     read_before = f"max by ({r}) (vllm_sidecar_last_success_timestamp_seconds{s(TVLLM)})"
     sidecar_age = f"time() - max by ({r}) (vllm_sidecar_process_start_time_seconds{s()})"
@@ -106,7 +112,6 @@ def inputs(c: Ctx) -> List[Recording]:
     recent = f"max_over_time({n['targets_present']}[{LOOKBACK_S / 60:g}m])"
 
     return [
-        Recording(n["gpu_busy"], f"max by ({r}) (vllm_sidecar_gpu_mean_utilization_ratio{s()})"),
         # with the replica's role: every comparison of it is within a model and role
         Recording(n["sidecar_long"],
                   c.with_role(f"max by ({c.per_replica}) (vllm_sidecar_long_prompt_requests_per_second{s()})")),
@@ -119,18 +124,22 @@ def inputs(c: Ctx) -> List[Recording]:
         Recording(n["sidecar_long_slow"], f"avg_over_time({n['sidecar_long']}[{c.rate_window}])"),
         Recording(n["uptime"], f"time() - max by ({r}) (process_start_time_seconds{s()} and on ({c.target}) "
                                f"vllm:num_requests_running{s()})"),
-        # vLLM is expected to answer this sidecar: it has before, or the startup grace is over (a
-        # new pod loading its model is not down). It gates a page, so it is no baseline: a
-        # Prometheus just started knows it at its first evaluation
-        Recording(n["expected_up"], f"{read_before}\nor\n({sidecar_age}) > {c.seconds(c.windows['startup']):g}"),
+        # vLLM down as the sidecar sees it (0), where vLLM is expected to answer this sidecar: it
+        # has before, or the startup grace is over (a new pod loading its model is not down). Only
+        # the targets down are written. It gates a page, so it is no baseline: a Prometheus just
+        # started knows it at its first evaluation
+        Recording(n["expected_down"],
+                  f"max by ({r}, target) (vllm_sidecar_target_up{s(TVLLM)}) == 0\nand on ({r})\n"
+                  f"(\n  {read_before}\n  or\n  ({sidecar_age}) > {c.seconds(c.windows['startup']):g}\n)"),
         # the scrape targets of vLLM and of the sidecar that answer now, one series each, remembered
         # over windows.target_seen by the next rule (a target answering for less than an
         # evaluation interval is not seen)
         Recording(n["targets_present"], f"{present('vllm:num_requests_running', 'vllm')}\nor\n"
                                         f"{present('vllm_sidecar_build_info', 'sidecar')}"),
         Recording(n["targets_seen"], seen, baseline=True),
-        # the scrape targets of vLLM and of the sidecar seen within windows.target_seen (1 up, 0 down)
-        Recording(n["targets_up"], f"max by ({r}, target) (\n  up{s()}\n  * on ({c.target}) group_left (target)\n"
+        # the scrape targets of vLLM and of the sidecar seen within windows.target_seen and down now
+        # (up 0; only the targets down are written)
+        Recording(n["targets_down"], f"max by ({r}, target) (\n  (up{s()} == 0)\n  * on ({c.target}) group_left (target)\n"
                                    f"  max by ({c.target}, target) ({recent} or {n['targets_seen']})\n)"),
     ]
 
@@ -151,6 +160,8 @@ def normals(c: Ctx) -> List[Recording]:
         return f"{history_normal(c, per_replica, lp['baseline_quantile'])}\nor\n(\n{indent(peers)}\n)"
 
     busy = history_normal(c, c.mrec("vllm_generation_tokens_per_busy_replica", "rate"))
+    busy_beside = (f"{c.with_role(c.rec('vllm_generation_tokens', 'rate'))} * 0\n"
+                   f"+ on ({g}) group_left ()\n{n['busy_normal_model']}")
     return [
         Recording(n["sidecar_long_normal"],
                   long_normal(n["sidecar_long"], c.mrec("vllm_sidecar_long_prompt_requests_per_replica", "avg"))),
@@ -162,9 +173,11 @@ def normals(c: Ctx) -> List[Recording]:
         # the busy throughput a replica of its model and role normally makes (a day's history: a
         # baseline, recorded every slow_interval), ...
         Recording(n["busy_normal_model"], busy, baseline=True),
-        # ... beside each replica, at every evaluation (a new pod has it from its first minute)
-        Recording(n["busy_normal"], f"{c.with_role(c.rec('vllm_generation_tokens', 'rate'))} * 0\n"
-                                    f"+ on ({g}) group_left ()\n{n['busy_normal_model']}"),
+        # ... beside each replica whose GPUs are busy (gpu_busy_low.busy_utilization), at every
+        # evaluation (a new pod has it from its first minute): the only replicas the GPU-busy alert
+        # compares with it, so the others' are not written
+        Recording(n["busy_normal"], f"(\n{indent(busy_beside)}\n)\nand on ({c.per_pod})\n"
+                                    f"{gpu_busy(c)} >= {c.slo['gpu_busy_low']['busy_utilization']}"),
         Recording(n["hit_normal"], history_normal(c, c.mrec("vllm_prefix_cache_hit", "ratio_rate"))),
     ]
 
@@ -213,7 +226,9 @@ def comparisons(c: Ctx) -> List[Recording]:
         # windows.episode_recent (what keeps the KV and preemption alerts on between waves)
         Recording(n["held_chronic"],
                   f"{held_recent} >= {kv['episode_share']}\nand on ({by})\n{held_avg} > {kv['episode_gate']}"),
+        # the preemptions of the chronic overload's window, where there were any (its reader, the
+        # preemption warning, counts a number of them)
         Recording(n["preempt_episode"],
-                  f"sum by ({by}) (increase(vllm:num_preemptions_total{c.selector()}[{c.windows['episode']}]))"),
+                  f"sum by ({by}) (increase(vllm:num_preemptions_total{c.selector()}[{c.windows['episode']}])) > 0"),
     ]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 from . import conditions, longreads, recording_pd
-from .context import ABORT, CAPACITY, ERR, NOT4XX, NOT_ABORT, S5XX, Ctx, indent, le_for
+from .context import CAPACITY, ERR, NOT4XX, NOT_ABORT, S5XX, Ctx, indent, le_for
 from .names import LATENCY_HISTOGRAMS
 from .recorded import Recording
 
@@ -32,14 +32,12 @@ SIDECAR_SUMMARIES: Dict[str, str] = {"vllm_time_to_first_token_seconds": "vllm_s
 
 def finished(c: Ctx, kind: str = "") -> str:
     """Finished requests per second of each replica and model: all of them (``kind`` "": the
-    alerting group's record), or all but the clients' aborts (``"valid"``, for the availability
-    SLI in the same group: the record less vLLM's counter of aborts, read here and not recorded;
-    no abort counted yet is none)."""
-    every = c.rec("vllm_requests_finished", "rate")
+    record, in the slow group: its readers are the prefix-cache ticket and the views), or all but
+    the clients' aborts (``"valid"``, for the availability SLI in the alerting group: vLLM's counter
+    read there, every finished reason but abort, and not recorded)."""
     if not kind:
-        return every
-    aborts = c.rate("vllm:request_success_total", "", ABORT)
-    return f"({every} - on ({c.per_replica}) ({aborts} or {every} * 0))"
+        return c.rec("vllm_requests_finished", "rate")
+    return c.rate("vllm:request_success_total", "", NOT_ABORT)
 
 
 def error_ratio(c: Ctx) -> str:
@@ -47,11 +45,11 @@ def error_ratio(c: Ctx) -> str:
     read from vLLM's counter at its own evaluation (not from the alerting group's records, written
     up to one interval before: errors of now over requests of then could exceed 1). vLLM creates
     labelled series lazily on some releases: no "error" series means no error yet, a 0 for each
-    replica the alerting group's finished requests name (a value of 0 whatever its age; the
+    replica the slow group's finished requests name (a value of 0 whatever its age; the
     requests below decide which replicas have a ratio)."""
     by = c.per_replica
     errors = c.rate("vllm:request_success_total", "", ERR)
-    valid = c.rate("vllm:request_success_total", "", NOT_ABORT)
+    valid = finished(c, "valid")
     return f"({errors} or on ({by}) {finished(c)} * 0)\n/ on ({by})\n({valid} > 0)"
 
 
@@ -99,7 +97,9 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     polls with requests held back by the cache, the same explanation made at every poll), the
     held-back signal is that share: what a 15-60 s scrape of a saw-toothing gauge cannot sample."""
     by, s, svc, kv = c.per_replica, c.selector, c.per_model, c.slo["kv_cache"]
-    running = c.rec("vllm_requests_running", "sum")
+    # the running requests, read where they are needed at the same evaluation (not recorded): every
+    # pod's, and the raw path's (pods without a sidecar)
+    running = f"sum by ({by}) (vllm:num_requests_running{s()})"
     waiting = c.rec("vllm_requests_waiting", "sum")
     reason = c.rec("vllm_requests_waiting_capacity_reason", "sum")
     m_uncontended = c.mrec("vllm_requests_running_uncontended", "max")
@@ -108,10 +108,10 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     usage = c.rec("vllm_kv_cache_usage", "max")
     ns = c.no_sidecar
     by_reason = f"sum by ({by}) (vllm:num_requests_waiting_by_reason{s(CAPACITY, ns)})"
-    # the raw path's own reads of the batch and the cache (pods without a sidecar only)
-    running_raw = f"sum by ({by}) (vllm:num_requests_running{s(ns)})"
+    # the raw path's own read of the cache (pods without a sidecar only)
     usage_raw = (f"max by ({by}) (max_over_time(vllm:kv_cache_usage_perc{s(ns)}[{c.windows['held_back']}]))\n"
                  f"    or\n    max by ({by}) (max_over_time(vllm:gpu_cache_usage_perc{s(ns)}[{c.windows['held_back']}]))")
+    running_raw = f"sum by ({by}) (vllm:num_requests_running{s(ns)})"
     if kv["max_num_seqs"]:
         ceiling_expr = f"count by ({svc}) ({running}) * 0 + {kv['max_num_seqs']}"
     else:
@@ -146,14 +146,13 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     return [
         Recording(usage,
                   f"max by ({by}) (vllm:kv_cache_usage_perc{s()})\nor\nmax by ({by}) (vllm:gpu_cache_usage_perc{s()})"),
-        Recording(running, f"sum by ({by}) (vllm:num_requests_running{s()})"),
         Recording(waiting, f"sum by ({by}) (vllm:num_requests_waiting{s()})"),
         # per running request: what a replica's decoding speed is, whatever share of the traffic it gets
         # (a replica with less traffic has fewer running requests, not slower ones)
         # (with the replica's role: it is compared with its peers of the same model and role only)
         Recording(c.rec("vllm_generation_tokens_per_running_request", "rate"),
                   c.with_role(f"{c.rec('vllm_generation_tokens', 'rate')}\n/ on ({c.per_replica})\n"
-                              f"(avg_over_time({c.rec('vllm_requests_running', 'sum')}[{c.rate_window}]) > 0)",
+                              f"(sum by ({by}) (avg_over_time(vllm:num_requests_running{s()}[{c.rate_window}])) > 0)",
                               from_vllm=True)),
         # waiting for scheduling capacity, KV or batch: vLLM's reason, else (old releases) every waiting
         # request. Pods without a sidecar only, as the rest of this raw path (the batch ceiling, the
@@ -162,7 +161,7 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         Recording(reason, f"{by_reason}\nor\nsum by ({by}) (vllm:num_requests_waiting{s(ns)})"),
         # the batch while nothing waits for capacity: what the traffic asked for, never a held-back
         # batch (the largest of the model's replicas)
-        Recording(m_uncontended, f"max by ({svc}) (\n  {running}\n  and on ({by})\n  ({reason} == 0)\n)"),
+        Recording(m_uncontended, f"max by ({svc}) (\n  {running_raw}\n  and on ({by})\n  ({reason} == 0)\n)"),
         Recording(ceiling, ceiling_expr),
         Recording(cap,
                   f"(\n  {reason} > 0\n  and on ({by})\n  (\n"
@@ -259,7 +258,7 @@ def fleet_normal(c: Ctx) -> List[Recording]:
         Recording(c.mrec("vllm_generation_tokens_per_busy_replica", "rate"),
                   f"avg by ({g}) (\n  {c.with_role(c.rec('vllm_generation_tokens', 'rate'))}\n"
                   f"  and on ({c.per_pod})\n"
-                  f"  ({n['gpu_busy']} >= {busy})\n)"),
+                  f"  ({conditions.gpu_busy(c)} >= {busy})\n)"),
         Recording(c.mrec("vllm_prefix_cache_hit", "ratio_rate"),
                   f"(\n{indent(model_rate('vllm:prefix_cache_hits_total', 'vllm:gpu_prefix_cache_hits_total'))}\n)\n/\n"
                   f"(\n{indent(model_rate('vllm:prefix_cache_queries_total', 'vllm:gpu_prefix_cache_queries_total'))}\n) > 0"),
@@ -331,7 +330,9 @@ def _http(c: Ctx, status: str) -> str:
 def availability_errors(c: Ctx) -> str:
     """Failed requests per second of one replica, per the SLO's availability SLI."""
     engine = c.rate("vllm:request_success_total", "", ERR)
-    zero = f"{finished(c)} * 0"  # no error series yet: no error yet
+    # no error series yet: no error yet, for each replica with valid requests (vLLM creates
+    # labelled series lazily on some releases)
+    zero = f"{c.rec('vllm_availability_requests', 'rate')} * 0"
     sli = c.slo["availability_sli"]
     if sli == "engine":
         return f"{engine}\nor\n{zero}"
@@ -363,9 +364,13 @@ def availability(c: Ctx) -> List[Recording]:
     errors, requests = c.rec("vllm_availability_errors", "rate"), c.rec("vllm_availability_requests", "rate")
     m_errors, m_requests = c.mrec("vllm_availability_errors", "rate"), c.mrec("vllm_availability_requests", "rate")
     out = [
-        Recording(errors, availability_errors(c)),
+        # the requests first: the errors' zero for a replica with no error yet is theirs
         Recording(requests, availability_requests(c)),
-        Recording(c.rec("vllm_availability_errors", "ratio_rate"), f"{errors}\n/ on ({c.per_replica})\n({requests} > 0)"),
+        Recording(errors, availability_errors(c)),
+        # (only where the replica failed requests: its readers, the error-ratio alerts, compare it
+        # with a share above 0)
+        Recording(c.rec("vllm_availability_errors", "ratio_rate"),
+                  f"{errors}\n/ on ({c.per_replica})\n({requests} > 0)\n> 0"),
         Recording(m_errors, f"sum by ({c.per_model}) ({errors})"),
         Recording(m_requests, f"sum by ({c.per_model}) ({requests})"),
     ]

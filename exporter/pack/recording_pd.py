@@ -142,8 +142,10 @@ def kv_transfer(c: Ctx) -> List[Recording]:
         # vLLM's own counter for every pod: no sidecar series tells a local prefix-cache hit (a
         # healthy decode instance's warm cache) from a prompt computed again (a failed transfer).
         # local / (local + transferred), written to read each source once: none computed locally is
-        # 0 (1 / +Inf), neither is no share (NaN, which no comparison keeps)
-        Recording(n["recomputed"], f"1 / (1 + {ext}\n/ on ({by})\n{local}) >= 0"),
+        # 0 (1 / +Inf), neither is no share (NaN, which no comparison keeps). Decode instances only:
+        # the others compute their prompts by design (their share is written for no reader)
+        Recording(n["recomputed"], f"1 / (1 + {ext}\n/ on ({by})\n{local}) >= 0\n"
+                                   f"and on ({by})\n{n['role']}{{role=\"decode\"}}"),
     ]
 
 

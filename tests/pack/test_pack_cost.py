@@ -55,7 +55,7 @@ def test_targets_seen_are_remembered_by_a_recorded_series_not_read_again_from_ra
     group_of = {r.get("record"): g["name"] for g in groups for r in g["rules"]}
     present = "namespace_pod_target_job_instance:vllm_scrape_target:present"
     seen = "job_instance_target:vllm_scrape_target:max_over_time1h"
-    up = "namespace_pod_target:up:max_seen1h"
+    up = "namespace_pod_target:up:down_seen1h"
     nodes = list(walk(parse(rules[up])))
     assert not [n for n in nodes if isinstance(n, SubqueryExpr)]
     assert {n.selector.name: n.range_ms for n in nodes if isinstance(n, MatrixSelector)} == {present: 5 * 60_000}
@@ -73,8 +73,9 @@ def test_promtool_a_target_seen_within_the_hour_and_gone_reads_down_and_one_gone
     """vLLM's target of pod a answers for 10 minutes and then fails (up 0): down (0) at minute 30,
     20 minutes after it was last seen, and no longer looked at by minute 77 (its last series is
     visible for the lookback, to minute 15; the hour is the slow group's record, read as it was
-    one evaluation before). Pod b's vLLM and sidecar answer throughout: 1 each."""
-    seen = "namespace_pod_target:up:max_seen1h"
+    one evaluation before). Pod b's vLLM and sidecar answer throughout: never written (only the
+    targets down are)."""
+    seen = "namespace_pod_target:up:down_seen1h"
     a, b = vllm_labels(pod="a"), vllm_labels(pod="b")
     sidecar_b = {"namespace": "llm", "pod": "b", "job": "llm/sidecar", "instance": "b:9400"}
     target = lambda lab: {k: lab[k] for k in ("namespace", "pod", "job", "instance")}  # noqa: E731
@@ -87,8 +88,7 @@ def test_promtool_a_target_seen_within_the_hour_and_gone_reads_down_and_one_gone
         series("vllm_sidecar_build_info", {**sidecar_b, "version": "1"}, gauge(lambda m: 1, 80)),
     ]
     out = lambda pod, t, v: {"labels": fmt_series(seen, {"namespace": "llm", "pod": pod, "target": t}), "value": v}  # noqa: E731
-    case = _expr_case(inputs, [(30, seen, [out("a", "vllm", 0), out("b", "sidecar", 1), out("b", "vllm", 1)]),
-                               (77, seen, [out("b", "sidecar", 1), out("b", "vllm", 1)])], minutes=80)
+    case = _expr_case(inputs, [(30, seen, [out("a", "vllm", 0)]), (77, seen, [])], minutes=80)
     r = run_promtool(tmp_path, [case])
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -112,7 +112,8 @@ def test_the_ceiling_is_the_uncontended_batch_or_the_operators_max_num_seqs():
                 for r in g["rules"]}
     learned = rules(load_slo(None))
     assert learned["namespace_model:vllm_requests_running_uncontended:max"] == (
-        "max by (cluster, namespace, model_name) (\n  namespace_pod_model:vllm_requests_running:sum\n"
+        "max by (cluster, namespace, model_name) (\n  sum by (cluster, namespace, pod, model_name) "
+        "(vllm:num_requests_running{vllm_sidecar=\"\"})\n"
         "  and on (cluster, namespace, pod, model_name)\n"
         "  (namespace_pod_model:vllm_requests_waiting_capacity_reason:sum == 0)\n)")
     # the raw path reads vLLM's series of the pods without a sidecar only

@@ -348,15 +348,17 @@ def test_the_recomputed_share_is_local_over_local_and_transferred(tmp_path):
     """``namespace_pod_model:vllm_prompt_tokens_recomputed:ratio_rate5m``, written to read each
     source once (1 / (1 + transferred / local)): 30 local tokens a minute beside 90 transferred is
     0.25; none local beside some transferred is 0 (1 / +Inf); all local is 1; a pod whose prompts
-    came from neither (no tokens at all) has no share (NaN is dropped)."""
+    came from neither (no tokens at all) has no share (NaN is dropped). Decode instances only: a
+    prefill instance (e), which computes its prompts by design, has none."""
     from promseries import RULES
 
     name = "namespace_pod_model:vllm_prompt_tokens_recomputed:ratio_rate5m"
-    per_minute = {"vllm-a": (30, 90), "vllm-b": (0, 60), "vllm-c": (50, 0), "vllm-d": (0, 0)}
+    per_minute = {"vllm-a": (30, 90), "vllm-b": (0, 60), "vllm-c": (50, 0), "vllm-d": (0, 0), "vllm-e": (50, 0)}
     inputs = [series("vllm:prompt_tokens_by_source_total", {**vllm_labels(pod=pod, model_name=MODEL), "source": src},
                      counter(lambda m, r=rate: r, N))
               for pod, rates in per_minute.items()
               for src, rate in zip(("local_compute", "external_kv_transfer"), rates)]
+    inputs += [x for pod in per_minute for x in role(pod, "prefill" if pod == "vllm-e" else "decode") + alive(pod)]
     want = {"vllm-a": 0.25, "vllm-b": 0, "vllm-c": 1}
     tests = [{"interval": "1m", "input_series": inputs, "promql_expr_test": [{
         "expr": name, "eval_time": "20m",

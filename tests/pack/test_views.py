@@ -70,7 +70,7 @@ def test_the_slow_group_holds_the_alerts_that_wait_slow_for_and_what_only_they_r
     slow_records = {r["record"] for r in slow if "record" in r}
     assert "namespace_pod_model:vllm_time_to_first_token_seconds_p95:ratio_to_peer_median" in slow_records
     baselines = {r.record for r in recording_rules(Ctx(slo)) if r.baseline}
-    assert baselines <= slow_records and "namespace_pod:vllm_expected_up:bool" not in baselines
+    assert baselines <= slow_records and "namespace_pod_target:vllm_sidecar_target_up:down_expected" not in baselines
     read_by_fast = set()
     for r in fast:
         read = set(NAME.findall(r["expr"] + " ".join((r.get("annotations") or {}).values())))

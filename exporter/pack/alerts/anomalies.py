@@ -34,19 +34,19 @@ def alerts(c: Ctx) -> List[Alert]:
         Alert("VLLMGPUBusyLowThroughput",
               f"max by ({by}) (vllm_sidecar_gpu_busy_low_throughput{s()}) == 1 unless on ({c.per_pod}) {c.prefill()}\n"
               f"or\n{tok} < on ({by}) {bl['low_throughput_fraction']} * {n['busy_normal']}\n"
-              f"and on ({c.per_pod}) {n['gpu_busy']} >= {bl['busy_utilization']}\n"
               f"unless on ({c.per_pod}) {c.prefill()}",
               "critical",
               f"GPUs busy but few tokens on {who} ({c.model})",
-              f"GPUs at {c.show(n['gpu_busy'] + '{P}', 'humanizePercentage')} utilization, "
+              f"GPUs at {c.show('max(vllm_sidecar_gpu_mean_utilization_ratio{P})', 'humanizePercentage')} utilization, "
               f"{c.show(tok + '{R}')} output tokens/s, where a busy replica of this model and role normally "
-              f"makes {c.show(n['busy_normal'] + '{R}')} (the fleet's history; below "
+              f"makes {c.show(n['busy_normal'] + '{R}')} (the fleet's history, beside a replica whose GPUs are at "
+              f"{bl['busy_utilization']:.0%} or more; below "
               f"{bl['low_throughput_fraction']:.0%} of it fires), or below the sidecar's learned baseline for this "
               f"pod (inputs: {c.inputs(*BUSY_INPUTS)}). Typical cause: a flood of very long prompts (prefill and "
               f"recomputation), KV thrashing, or a sick GPU. Compare with its peers."),
         Alert("VLLMEngineStalled",
               f"(\n  max by ({by}) (vllm_sidecar_engine_stalled{s()}) == 1\n  or\n"
-              f"  {c.rec('vllm_requests_running', 'sum')} > 0\n"
+              f"  sum by ({by}) (vllm:num_requests_running{s()}) > 0\n"
               f"  and on ({by}) sum by ({by}) (rate(vllm:generation_tokens_total{s(c.no_sidecar)}[{S2}])) == 0\n"
               f"  unless on ({by}) vllm_sidecar_engine_stalled{s()}\n)\n"
               f"unless on ({by}) {asleep}",

@@ -35,8 +35,7 @@ def alerts(c: Ctx) -> List[Alert]:
               labels={"signal": "failed"}),
         # silent failure: a decode instance computes the prompts its KV should have brought
         Alert("VLLMKVTransferFailing",
-              f"{n['recomputed']} > {d['recompute_share']:g}\n"
-              f"and on ({by}) {n['role']}{{role=\"decode\"}}\n{awake}",
+              f"{n['recomputed']} > {d['recompute_share']:g}\n{awake}",
               "critical",
               f"KV transfers failing silently on {who} ({c.model})",
               f"This decode instance computed {{{{ $value | humanizePercentage }}}} of the prompt tokens its prefix "

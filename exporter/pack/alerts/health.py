@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import List
 
 from .. import conditions, recording_pd
-from ..context import TVLLM, Ctx
+from ..context import Ctx
 from .alert import Alert
 
 
@@ -17,8 +17,7 @@ def alerts(c: Ctx) -> List[Alert]:
     missing = c.show_each("vllm_sidecar_input_missing{P} == 1", "metric", otherwise="inputs")
     return [
         Alert("VLLMTargetDown",
-              f"(\nmax by ({r}, target) (vllm_sidecar_target_up{s(TVLLM)}) == 0\n"
-              f"and on ({r})\n{n['expected_up']}\nor\n{n['targets_up']} == 0\n)\n"
+              f"(\n{n['expected_down']}\nor\n{n['targets_down']}\n)\n"
               f"unless on ({r}) {recording_pd.names(c)['asleep']}",  # asleep: not down
               "critical",
               f"{{{{ $labels.target }}}} unreachable on {who}",
