@@ -208,9 +208,12 @@ def comparisons(c: Ctx) -> List[Recording]:
                 f"  and on ({g})\n  {enough}\n)")
 
     held_avg = c.rec("vllm_requests_held_back", "avg_over_time" + c.windows["held_back"])
-    # the firm held-back signal's share of windows.episode_recent, read here only
-    held_recent = (f"avg_over_time({c.rec('vllm_requests_held_back_firm', 'bool')}"
-                   f"[{c.windows['episode_recent']}])")
+    # the firm held-back signal's share of windows.episode_recent, read here only: recorded for the
+    # pods without the sidecar's share; where the sidecar serves it, the held-back signal is the
+    # firm one (``recording.kv_and_queue``)
+    recent = c.windows["episode_recent"]
+    held_recent = (f"(\n  avg_over_time({c.rec('vllm_requests_held_back_firm', 'bool')}[{recent}])\n  or on ({by})\n"
+                   f"  avg_over_time({c.rec('vllm_requests_held_back', 'bool')}[{recent}])\n)")
     return [
         Recording(n["sidecar_long_surge"], surge(n["sidecar_long"], n["sidecar_long_normal"], n["sidecar_long_ratio"])),
         # the sidecar's 5-minute average against the normal of its kind (the sidecar's threshold,
