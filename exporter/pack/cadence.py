@@ -4,10 +4,11 @@ Every rendered file holds up to four groups, in this order:
 
     vllm-sidecar-exporter        at every evaluation: every alert that waits less than
                                  ``steady_for`` before firing, and the recording rules those alerts
-                                 read (the pages, the early warnings, the queue)
+                                 read (the pages, the early warnings)
     vllm-sidecar-exporter-steady every ``steady_interval``: the alerts that wait ``steady_for`` or
-                                 longer but less than ``slow_for`` (a TTFT p95 or ITL over its
-                                 objective for 10 minutes, a hot GPU, an imbalanced P/D fleet), and
+                                 longer but less than ``slow_for`` (a queue not draining for 5
+                                 minutes, a TTFT p95 or ITL over its objective for 10, a hot GPU,
+                                 an imbalanced P/D fleet), and
                                  the recording rules only they read
     vllm-sidecar-exporter-slow   every ``slow_interval``: the alerts that wait ``slow_for`` or longer
                                  (a replica unlike its peers for 15 minutes, a cold prefix cache for
@@ -37,8 +38,8 @@ falls back to a share of requests, which a code-serving fleet's normal traffic e
 an hour of preemptions (a count crossing its threshold, up to 2 minutes late).
 An alert of a slower group becomes pending at its group's first evaluation
 after its condition holds (within one interval) and fires at the first one its ``for`` after that:
-a 15-minute wait becomes 16 to 18 minutes at 2m (15 to 15.5 at every 30 s evaluation), a 10-minute
-wait 10 to 11 minutes at 1m: a tenth of the wait at most. Every page waits less than
+a 15-minute wait becomes 16 to 18 minutes at 2m (15 to 15.5 at every 30 s evaluation), a 5-minute
+wait 5 to 6 minutes at 1m: a fifth of the wait at most. Every page waits less than
 ``steady_for`` and runs at every evaluation. Where Prometheus evaluates every ``steady_interval``
 or less often anyway (the SLO's evaluation_interval of 1m), the steady alerts run as often as
 before, reading the alerting group's records up to one evaluation old; at 30 s, the steady group

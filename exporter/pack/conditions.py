@@ -138,9 +138,9 @@ def inputs(c: Ctx) -> List[Recording]:
                                         f"{present('vllm_sidecar_build_info', 'sidecar')}"),
         Recording(n["targets_seen"], seen, baseline=True),
         # the scrape targets of vLLM and of the sidecar seen within windows.target_seen and down now
-        # (up 0; only the targets down are written)
-        Recording(n["targets_down"], f"max by ({r}, target) (\n  (up{s()} == 0)\n  * on ({c.target}) group_left (target)\n"
-                                   f"  max by ({c.target}, target) ({recent} or {n['targets_seen']})\n)"),
+        # (up 0 at every endpoint of its kind; only the targets down are written)
+        Recording(n["targets_down"], f"max by ({r}, target) (\n  up{s()}\n  * on ({c.target}) group_left (target)\n"
+                                   f"  max by ({c.target}, target) ({recent} or {n['targets_seen']})\n) == 0"),
     ]
 
 
@@ -208,12 +208,9 @@ def comparisons(c: Ctx) -> List[Recording]:
                 f"  and on ({g})\n  {enough}\n)")
 
     held_avg = c.rec("vllm_requests_held_back", "avg_over_time" + c.windows["held_back"])
-    # the firm held-back signal's share of windows.episode_recent, read here only: recorded for the
-    # pods without the sidecar's share; where the sidecar serves it, the held-back signal is the
-    # firm one (``recording.kv_and_queue``)
-    recent = c.windows["episode_recent"]
-    held_recent = (f"(\n  avg_over_time({c.rec('vllm_requests_held_back_firm', 'bool')}[{recent}])\n  or on ({by})\n"
-                   f"  avg_over_time({c.rec('vllm_requests_held_back', 'bool')}[{recent}])\n)")
+    # the firm held-back signal's share of windows.episode_recent, read here only
+    held_recent = (f"avg_over_time({c.rec('vllm_requests_held_back_firm', 'bool')}"
+                   f"[{c.windows['episode_recent']}])")
     return [
         Recording(n["sidecar_long_surge"], surge(n["sidecar_long"], n["sidecar_long_normal"], n["sidecar_long_ratio"])),
         # the sidecar's 5-minute average against the normal of its kind (the sidecar's threshold,

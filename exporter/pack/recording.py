@@ -91,8 +91,7 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     averaged over ``windows.episode_recent``) counts stricter evidence from raw series: where a
     ceiling is known, only waits with the batch below ``kv_cache.batch_room`` of it (a busy
     replica at its ceiling after an overload, one request waiting a scrape now and then, is not
-    the overload going on). Where the sidecar serves its share, that share is the firm signal too,
-    so the held-back record is read in its place.
+    the overload going on).
 
     Where the sidecar serves ``vllm_sidecar_kv_cache_capacity_wait_poll_ratio`` (the share of its 2 s
     polls with requests held back by the cache, the same explanation made at every poll), the
@@ -180,11 +179,9 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         # that is the preemption warning's business
         Recording(extra, extra_expr),
         Recording(c.rec("vllm_requests_held_back", "bool"), held_back_bool(wait_share)),
-        # the same from the waits only the batch's room explains, for the pods without the sidecar's
-        # share (where it has it, the firm signal is the held-back one: the same share, the same
-        # preemptions and rejections; its reader reads that record there)
+        # the same from the waits only the batch's room explains (the sidecar's share where it has it)
         Recording(c.rec("vllm_requests_held_back_firm", "bool"),
-                  held_back_bool(f"((\n{indent(cap_firm, 4)}\n  ) > bool 0)") + f"\nunless on ({by})\n{sidecar_share}"),
+                  held_back_bool(f"({sidecar_share}\n  or on ({by})\n  ((\n{indent(cap_firm, 4)}\n  ) > bool 0))")),
         *held_back_shares(c, held, sidecar_share),
     ]
 

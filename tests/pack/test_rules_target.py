@@ -28,10 +28,12 @@ def test_rules_target_vmalert_prints_the_shipped_file(capsys):
 def test_rules_target_vmalert_interval_and_a_bad_one(capsys):
     assert main(["rules", "--target", "vmalert", "--interval", "30s"]) == 0
     doc = yaml.safe_load(capsys.readouterr().out)
-    held = next(r for r in doc["groups"][0]["rules"] if r.get("record") == "alert:VLLMQueueBuildup:held")["expr"]
-    assert doc["groups"][0]["interval"] == "30s" and held.endswith("[315s]) >= 11")  # for 5m at 30 s
-    # the steady group keeps its own interval: TTFT's 10 minutes are 11 evaluations at 1m whatever --interval says
-    held = next(r for r in doc["groups"][1]["rules"] if r.get("record") == "alert:VLLMTTFTHigh:held")["expr"]
-    assert doc["groups"][1]["interval"] == "1m" and held.endswith("[630s]) >= 11")
+    held = next(r for r in doc["groups"][0]["rules"] if r.get("record") == "alert:VLLMGPUBusyLowThroughput:held")["expr"]
+    assert doc["groups"][0]["interval"] == "30s" and held.endswith("[135s]) >= 5")  # for 2m at 30 s
+    # the steady group keeps its own interval: TTFT's 10 minutes are 11 evaluations at 1m, the
+    # queue's 5 minutes 6, whatever --interval says
+    steady = {r.get("record"): r["expr"] for r in doc["groups"][1]["rules"]}
+    assert doc["groups"][1]["interval"] == "1m" and steady["alert:VLLMTTFTHigh:held"].endswith("[630s]) >= 11")
+    assert steady["alert:VLLMQueueBuildup:held"].endswith("[330s]) >= 6")
     assert main(["rules", "--target", "vmalert", "--interval", "soon"]) == 2
     assert "--interval" in capsys.readouterr().err

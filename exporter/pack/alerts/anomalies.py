@@ -39,8 +39,7 @@ def alerts(c: Ctx) -> List[Alert]:
               f"GPUs busy but few tokens on {who} ({c.model})",
               f"GPUs at {c.show('max(vllm_sidecar_gpu_mean_utilization_ratio{P})', 'humanizePercentage')} utilization, "
               f"{c.show(tok + '{R}')} output tokens/s, where a busy replica of this model and role normally "
-              f"makes {c.show(n['busy_normal'] + '{R}')} (the fleet's history, beside a replica whose GPUs are at "
-              f"{bl['busy_utilization']:.0%} or more; below "
+              f"makes {c.show(n['busy_normal_model'] + '{M} and on (role) ' + c.role + '{R}')} (the fleet's history; below "
               f"{bl['low_throughput_fraction']:.0%} of it fires), or below the sidecar's learned baseline for this "
               f"pod (inputs: {c.inputs(*BUSY_INPUTS)}). Typical cause: a flood of very long prompts (prefill and "
               f"recomputation), KV thrashing, or a sick GPU. Compare with its peers."),

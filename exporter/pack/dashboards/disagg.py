@@ -49,8 +49,9 @@ def disagg(b: Builder) -> Dict[str, Any]:
               unit="percentunit", w=8, min=0, thresholds=((d["transfer_failure_ratio"], "red"),),
               threshold_style="line", runbooks=("VLLMKVTransferFailing",)),
         Panel("Prompt tokens by transfer and computed again", f"Per replica over {W}: the share of prompt tokens "
-              f"that arrived by KV transfer, and, of those its prefix cache did not hold, the share it computed "
-              f"itself. A decode instance computing them (above the line, {d['recompute_share']:g}) lost its "
+              f"that arrived by KV transfer, and, of those a decode instance's prefix cache did not hold, the share "
+              f"it computed itself (decode instances only: the others compute theirs by design). "
+              f"A decode instance computing them (above the line, {d['recompute_share']:g}) lost its "
               f"transfers silently.",
               [Target(b.replica("vllm_prompt_tokens_transferred", "ratio_rate"), "{{pod}} by transfer",
                       empty_ok="no prompt tokens by source (vLLM before 0.11) or no traffic"),
