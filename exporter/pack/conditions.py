@@ -1,7 +1,8 @@
 """Recording rules that hold each alert's work, so that every alert reads as one sentence over
 names that say what they are (``level:metric:operations``, as the kubernetes-mixin names its rules):
 
-    inputs                per-replica inputs the comparisons read (GPU busy, long prompts, uptime)
+    inputs                per-replica inputs the comparisons read (long prompts, uptime, targets
+                          seen and down); the GPUs' utilization is read where it is compared
     normals               what a replica of a model and role normally does: learned from the
                           fleet's history, else the median of its peers now
     comparisons           a replica against that normal (a long-prompt surge, few tokens while
