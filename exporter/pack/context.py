@@ -86,6 +86,11 @@ class Ctx:
         """Per replica and model: ``sum by (replica, model_name) (rate(metric{...}[window]))``."""
         return f"sum by ({self.per_replica}) (rate({metric}{self.selector(*matchers)}[{window or self.rate_window}]))"
 
+    def running(self, *matchers: str) -> str:
+        """The requests vLLM runs now, per replica and model (all its engines), read where they are
+        compared rather than recorded; ``matchers`` narrow the pods (``no_sidecar``: the raw path's)."""
+        return f"sum by ({self.per_replica}) (vllm:num_requests_running{self.selector(*matchers)})"
+
     def rec(self, metric: str, op: str, window: str = "") -> str:
         """A per-replica recording rule's name."""
         return self.names.replica(metric, op, window)

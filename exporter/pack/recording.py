@@ -97,9 +97,6 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     polls with requests held back by the cache, the same explanation made at every poll), the
     held-back signal is that share: what a 15-60 s scrape of a saw-toothing gauge cannot sample."""
     by, s, svc, kv = c.per_replica, c.selector, c.per_model, c.slo["kv_cache"]
-    # the running requests, read where they are needed at the same evaluation (not recorded): every
-    # pod's, and the raw path's (pods without a sidecar)
-    running = f"sum by ({by}) (vllm:num_requests_running{s()})"
     waiting = c.rec("vllm_requests_waiting", "sum")
     reason = c.rec("vllm_requests_waiting_capacity_reason", "sum")
     m_uncontended = c.mrec("vllm_requests_running_uncontended", "max")
@@ -111,9 +108,9 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     # the raw path's own read of the cache (pods without a sidecar only)
     usage_raw = (f"max by ({by}) (max_over_time(vllm:kv_cache_usage_perc{s(ns)}[{c.windows['held_back']}]))\n"
                  f"    or\n    max by ({by}) (max_over_time(vllm:gpu_cache_usage_perc{s(ns)}[{c.windows['held_back']}]))")
-    running_raw = f"sum by ({by}) (vllm:num_requests_running{s(ns)})"
+    running_raw = c.running(ns)  # the raw path's batch (pods without a sidecar only)
     if kv["max_num_seqs"]:
-        ceiling_expr = f"count by ({svc}) ({running}) * 0 + {kv['max_num_seqs']}"
+        ceiling_expr = f"count by ({svc}) ({c.running()}) * 0 + {kv['max_num_seqs']}"
     else:
         ceiling_expr = f"max_over_time({m_uncontended}[{c.windows['batch_peak']}])"
     sidecar_share = f"max by ({by}) (vllm_sidecar_kv_cache_capacity_wait_poll_ratio{s()})"

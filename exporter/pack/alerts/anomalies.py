@@ -45,7 +45,7 @@ def alerts(c: Ctx) -> List[Alert]:
               f"recomputation), KV thrashing, or a sick GPU. Compare with its peers."),
         Alert("VLLMEngineStalled",
               f"(\n  max by ({by}) (vllm_sidecar_engine_stalled{s()}) == 1\n  or\n"
-              f"  sum by ({by}) (vllm:num_requests_running{s(c.no_sidecar)}) > 0\n"
+              f"  {c.running(c.no_sidecar)} > 0\n"
               f"  and on ({by}) sum by ({by}) (rate(vllm:generation_tokens_total{s(c.no_sidecar)}[{S2}])) == 0\n"
               f"  unless on ({by}) vllm_sidecar_engine_stalled{s()}\n)\n"
               f"unless on ({by}) {asleep}",
