@@ -117,20 +117,23 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     held = c.rec("vllm_requests_held_back", "bool")
     wait_share = c.rec("vllm_requests_waiting_capacity", "share")
 
-    extra = c.rec("vllm_requests_preempted_or_rejected", "sum")
+    extra = c.rec("vllm_requests_preempted_or_rejected", "bool")
 
     def held_back_bool(share: str) -> str:
-        return f"clamp_max(\n  {share}\n  + on ({by})\n  {extra},\n  1\n)"
+        # the waits' share, 1 where preempting or rejecting as well (the flag is written only
+        # where it is 1: elsewhere the waits' share times 0 stands in, on the same replicas as
+        # either share)
+        return f"clamp_max(\n  {share}\n  + on ({by})\n  ({extra} or on ({by}) {wait_share} * 0),\n  1\n)"
 
-    # preempting (over the sustain window: "preempting at every evaluation") while the waits
-    # reached kv_cache.held_back_share in windows.held_back, plus rejecting requests: 0, 1 or 2,
-    # what both held-back signals add to their waits (vLLM's counters read here, their only reader)
+    # 1 (else absent) where preempting (over the sustain window: "preempting at every evaluation")
+    # while the waits reached kv_cache.held_back_share in windows.held_back, or rejecting requests:
+    # what both held-back signals count as held back whatever their waits (vLLM's counters read
+    # here, their only reader)
     preempting = c.rate("vllm:num_preemptions_total", c.sustain_window)
     rejecting = c.rate("vllm:admission_rejections_total")
-    extra_expr = (f"(\n  ({preempting} > bool 0)\n"
-                  f"  * on ({by})\n  (max_over_time({wait_share}[{c.windows['held_back']}]) >= bool "
-                  f"{kv['held_back_share']})\n  or on ({by})\n  {wait_share} * 0\n)\n"
-                  f"+ on ({by})\n(({rejecting} > bool 0) or on ({by}) {wait_share} * 0)")
+    extra_expr = (f"sgn({preempting} > 0)\nand on ({by})\n"
+                  f"max_over_time({wait_share}[{c.windows['held_back']}]) >= {kv['held_back_share']}\n"
+                  f"or on ({by})\nsgn({rejecting} > 0)")
     # ... the waits only the batch's room explains: where a ceiling is known, a wait with the batch
     # at it is the batch's, whatever the usage gauge reads (what keeps a chronic overload's alerts
     # firing between waves counts only these: a busy replica at its ceiling after an overload, one
