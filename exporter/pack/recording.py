@@ -33,8 +33,8 @@ SIDECAR_SUMMARIES: Dict[str, str] = {"vllm_time_to_first_token_seconds": "vllm_s
 def finished(c: Ctx, kind: str = "") -> str:
     """Finished requests per second of each replica and model: all of them (``kind`` "": the
     record, in the slow group: its readers are the prefix-cache ticket and the views), or all but
-    the clients' aborts (``"valid"``, for the availability SLI in the alerting group: vLLM's counter
-    read there, every finished reason but abort, and not recorded)."""
+    the clients' aborts (``"valid"``, for the engine's error ratio: vLLM's counter read there, every
+    finished reason but abort, and not recorded)."""
     if not kind:
         return c.rec("vllm_requests_finished", "rate")
     return c.rate("vllm:request_success_total", "", NOT_ABORT)
@@ -316,43 +316,62 @@ def burn_windows(slo) -> List[str]:
 
 
 def _model_of(c: Ctx) -> str:
-    """Which model each replica serves, for series without model_name (the HTTP server's); kept
+    """Which model each replica serves, for series without model_name (the sidecar's GPUs); kept
     for a rate window after the replica is gone, so its last answers still count."""
     return c.replicas
 
 
+def _raw_model_of(c: Ctx) -> str:
+    """Which model each replica without a sidecar serves, for the HTTP server's series (no
+    model_name): vLLM's own series within the rate window, so a replica's last answers still
+    count after it is gone."""
+    return (f"group by ({c.per_replica}) "
+            f"(last_over_time(vllm:num_requests_running{c.selector(c.no_sidecar)}[{c.rate_window}]))")
+
+
 def _http(c: Ctx, status: str) -> str:
     handler = 'handler=~"' + c.slo["http_handlers"] + '"'
-    return (f"sum by ({c.per_pod}) (rate(http_requests_total{c.selector(handler, status)}[{c.rate_window}]))\n"
-            f"* on ({c.per_pod}) group_left (model_name)\n{_model_of(c)}")
+    return (f"sum by ({c.per_pod}) (rate(http_requests_total{c.selector(handler, status, c.no_sidecar)}"
+            f"[{c.rate_window}]))\n* on ({c.per_pod}) group_left (model_name)\n{_raw_model_of(c)}")
+
+
+def _sidecar(c: Ctx, counter: str) -> str:
+    """The rate of one of the sidecar's availability counters: what the raw path below counts,
+    counted by the sidecar at every poll (``vllm_sidecar_availability_*_total``, the same SLI from
+    the same SLO file), one series per replica (the errors' larger source: a request counted by
+    both vLLM and the HTTP server counts once)."""
+    return f"max by ({c.per_replica}) (rate({counter}{c.selector()}[{c.rate_window}]))"
 
 
 def availability_errors(c: Ctx) -> str:
-    """Failed requests per second of one replica, per the SLO's availability SLI."""
-    engine = c.rate("vllm:request_success_total", "", ERR)
-    # no error series yet: no error yet, for each replica with valid requests (vLLM creates
-    # labelled series lazily on some releases)
-    zero = f"{c.rec('vllm_availability_requests', 'rate')} * 0"
+    """Failed requests per second of one replica, per the SLO's availability SLI: the sidecar's
+    count where it serves one, else from vLLM's series (pods without a sidecar only)."""
+    engine = c.rate("vllm:request_success_total", "", ERR, c.no_sidecar)
+    # no error series yet: no error yet, for each replica the raw path reads (vLLM creates
+    # labelled series lazily on some releases; the sidecar's counter is there from its first page)
+    zero = f"{_raw_model_of(c)} * 0"
     sli = c.slo["availability_sli"]
     if sli == "engine":
-        return f"{engine}\nor\n{zero}"
-    if sli == "http":
-        return f"(\n{indent(_http(c, S5XX))}\n)\nor on ({c.per_replica})\n{zero}"
-    # combined: the larger of the two counts, so a request vLLM records twice counts once
-    return (f"max by ({c.per_replica}) (\n"
-            f"  label_replace(\n{indent(engine, 4)},\n    \"source\", \"engine\", \"\", \"\"\n  )\n  or\n"
-            f"  label_replace(\n{indent(_http(c, S5XX), 4)},\n    \"source\", \"http\", \"\", \"\"\n  )\n  or\n"
-            f"  {zero}\n)")
+        raw = engine
+    elif sli == "http":
+        raw = f"(\n{indent(_http(c, S5XX))}\n)"
+    else:  # combined: the larger of the two counts, so a request vLLM records twice counts once
+        raw = (f"max by ({c.per_replica}) (\n"
+               f"  label_replace(\n{indent(engine, 4)},\n    \"source\", \"engine\", \"\", \"\"\n  )\n  or\n"
+               f"  label_replace(\n{indent(_http(c, S5XX), 4)},\n    \"source\", \"http\", \"\", \"\"\n  )\n)")
+    return (f"{_sidecar(c, 'vllm_sidecar_availability_errors_total')}\nor on ({c.per_replica})\n{raw}\n"
+            f"or on ({c.per_replica})\n{zero}")
 
 
 def availability_requests(c: Ctx) -> str:
     """Valid requests per second of one replica: HTTP answers except 4xx (aborts and the
     clients' own mistakes are not the service's), else the engine's finished requests except
-    aborts."""
-    engine = finished(c, "valid")
-    if c.slo["availability_sli"] == "engine":
-        return engine
-    return f"(\n{indent(_http(c, NOT4XX))}\n)\nor on ({c.per_replica})\n{engine}"
+    aborts; the sidecar's count where it serves one, else from vLLM's series (pods without a
+    sidecar only)."""
+    engine = c.rate("vllm:request_success_total", "", NOT_ABORT, c.no_sidecar)
+    raw = engine if c.slo["availability_sli"] == "engine" else \
+        f"(\n{indent(_http(c, NOT4XX))}\n)\nor on ({c.per_replica})\n{engine}"
+    return f"{_sidecar(c, 'vllm_sidecar_availability_requests_total')}\nor on ({c.per_replica})\n{raw}"
 
 
 def availability(c: Ctx) -> List[Recording]:
@@ -364,7 +383,6 @@ def availability(c: Ctx) -> List[Recording]:
     errors, requests = c.rec("vllm_availability_errors", "rate"), c.rec("vllm_availability_requests", "rate")
     m_errors, m_requests = c.mrec("vllm_availability_errors", "rate"), c.mrec("vllm_availability_requests", "rate")
     out = [
-        # the requests first: the errors' zero for a replica with no error yet is theirs
         Recording(requests, availability_requests(c)),
         Recording(errors, availability_errors(c)),
         # (only where the replica failed requests: its readers, the error-ratio alerts, compare it

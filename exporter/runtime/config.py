@@ -141,6 +141,13 @@ FIELDS: Tuple[Field, ...] = (
     Field("slo_output_tokens_per_second", "float", None, "per-request generation speed objective; "
           "the inter-token latency objective is its inverse", lo=0, lo_open=True,
           slo="objectives.output_tokens_per_second"),
+    Field("availability_sli", "choice", None, "what the availability SLI counts, as the pack does: `http` (the "
+          "counted handlers' answers, 5xx failed), `engine` (vLLM's finished requests, reason error failed) "
+          "or `combined` (HTTP answers, the larger of the two failure counts); served as "
+          "vllm_sidecar_availability_requests_total and vllm_sidecar_availability_errors_total",
+          choices=("engine", "http", "combined"), slo="availability_sli"),
+    Field("http_handlers", "str", None, "the HTTP handlers the availability SLI counts (a regular expression, "
+          "matched whole as PromQL's =~)", slo="http_handlers"),
     Field("flight_minutes", "float", 30.0, "minutes of polls the flight recorder keeps in memory for "
           "/debug/flight (0: no recorder)", lo=0, hi=24 * 60),
     Field("flight_max_bytes", "int", 16 * 1024 * 1024, "hard cap on the flight recorder's memory, pinned "
@@ -418,6 +425,10 @@ def _cross_checks(cfg: Config, raw: Mapping[str, Tuple[Any, str]]) -> Config:
     if cfg.window < 2 * cfg.poll_interval:
         raise ConfigError(
             f"window: {cfg.window:g} s must be at least two poll intervals ({2 * cfg.poll_interval:g} s)")
+    try:
+        re.compile(cfg.http_handlers)
+    except re.error as exc:
+        raise ConfigError(f"http_handlers: {cfg.http_handlers!r} is not a regular expression ({exc})") from None
     timeout = cfg.vllm_timeout
     if timeout == 0:
         timeout = min(0.8 * cfg.poll_interval, 10.0)

@@ -37,6 +37,14 @@ notifications and no notifications after expiry, and its ``num_failed_recvs`` is
 connector. ``vllm:engine_sleep_state`` and ``vllm:iteration_tokens_total`` (of which only the
 count is read: the engine's steps) are on every V1 page.
 
+HTTP answers (optional, not an ``Input``): the OpenAI server's ``http_requests_total{handler,
+method, status}`` (no model_name, no engine; created at a handler's first answer) is read only
+when the reader is given the SLO's ``http_handlers`` (a regular expression, matched whole, as
+Prometheus matches ``=~``): the answers of those handlers are added up by status into the
+counter input ``http_requests`` (``HTTP_KEY``; model_name and engine "", an extra label value per
+status, at most ``max_label_values`` statuses), which the windows count like vLLM's counters, for
+the availability SLI's requests and failures (``signals.availability``).
+
 ``Builder.build`` goes through a page's rows once, in jobs: the newest name of each input
 (``_best_names``), the caps (``Builder._admit``), each sample checked and sorted (``_Work``), then
 the values indexed by model (``_index_values``) and the histograms checked whole
@@ -53,10 +61,12 @@ the windows; the excess is left out, counted by reason (``dropped``) and named
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import repeat
 from operator import add, itemgetter, le
-from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Pattern, Tuple
 
 from .exposition import COUNT, DEFAULT_LIMITS, Limits, Page, Parser, _getter
 
@@ -182,6 +192,30 @@ class LoraRoute(NamedTuple):
     role = "lora"
 
 
+class HttpRoute(NamedTuple):
+    """An ``http_requests_total`` series of a handler the availability SLI counts (its creation
+    time, ``http_requests_created``, is an ``HttpCreatedRoute``)."""
+
+    status: str  # as the server writes it: "2xx", "5xx" (grouped) or "200", "503"
+    labels: Tuple[Tuple[str, str], ...]  # every label as read (the flight recorder writes them back)
+    input = None  # not one of INPUTS: the Builder keeps it apart
+    role = "http"
+
+
+class HttpCreatedRoute(NamedTuple):
+    """The ``http_requests_created`` of such a series: when the server created it."""
+
+    status: str
+    labels: Tuple[Tuple[str, str], ...]
+    input = None
+    role = "http_created"
+
+
+HTTP_REQUESTS = "http_requests_total"
+HTTP_CREATED = "http_requests_created"
+HTTP_KEY = "http_requests"  # the counter input the answers are added up into, by status
+
+
 class LoraSeries(NamedTuple):
     """One series of ``vllm:lora_requests_info`` on a page; ``t`` is its value (unix time)."""
 
@@ -238,15 +272,22 @@ _TINY = 5e-324
 _START = Route(None, "start", 0, "", "", "", math.nan, _TINY, _BIG)
 
 
-def route(name: str, labels) -> object:
-    """The Route of one series (a ``LoraRoute`` for vLLM's LoRA info), ``COUNT`` for another
-    ``vllm:`` series, None for the rest."""
+def route(name: str, labels, http: Optional[Pattern[str]] = None) -> object:
+    """The Route of one series (a ``LoraRoute`` for vLLM's LoRA info, an ``HttpRoute`` for the
+    answers of a handler ``http`` matches), ``COUNT`` for another ``vllm:`` series, None for the
+    rest."""
     r = _ROUTES.get(name)
     if r is None:
         if name == PROCESS_START:
             return _START if not labels else None
         if name == LORA_INFO:
             return _lora_route(labels)
+        if name in (HTTP_REQUESTS, HTTP_CREATED) and http is not None:
+            d = dict(labels)
+            if not http.fullmatch(d.get("handler", "")):
+                return None
+            return (HttpRoute if name == HTTP_REQUESTS else HttpCreatedRoute)(d.get("status", ""),
+                                                                               tuple(sorted(d.items())))
         return COUNT if name.startswith("vllm:") else None
     inp, role, prio = r
     model = engine = extra = ""
@@ -376,6 +417,7 @@ class _Work:
         self.admitted_models: Dict[str, bool] = {}
         self.admitted_engines: Dict[str, bool] = {}
         self.lora: List[LoraSeries] = []
+        self.http_statuses: set = set()  # the HTTP statuses taken (capped as an extra label)
 
     def drop(self, cap: str, name: str) -> None:
         dropped = self.snap.dropped
@@ -389,8 +431,27 @@ class _Work:
             snap.rejected_detail = detail
 
     def other(self, r, v: float) -> None:
-        """A row of no input: vLLM's LoRA info or the process start time."""
-        if r.role == "lora":
+        """A row of no input: vLLM's LoRA info, an HTTP answer count or the process start time."""
+        if r.role == "http_created":
+            # the status's creation time: its first handler's (a status new since the last poll
+            # counts from zero in the windows); only for a status whose answers are taken
+            if not _TINY <= v <= _BIG:
+                self.reject(f"{HTTP_CREATED}{dict(r.labels)!r} = {v!r}")
+            elif r.status in self.http_statuses or len(self.http_statuses) < self.max_extra:
+                created, key = self.snap.created, (HTTP_KEY, "", "", r.status)
+                created[key] = min(v, created.get(key, v))
+        elif r.role == "http":
+            if not 0.0 <= v <= _BIG:  # a counter: finite, not negative
+                self.reject(f"{HTTP_REQUESTS}{dict(r.labels)!r} = {v!r}")
+                return
+            values, key, statuses = self.snap.values, (HTTP_KEY, "", "", r.status), self.http_statuses
+            if r.status not in statuses:
+                if len(statuses) >= self.max_extra:
+                    self.drop("max_label_values", f"status={r.status}")
+                    return
+                statuses.add(r.status)
+            values[key] = values.get(key, 0.0) + v  # every handler and method of the status
+        elif r.role == "lora":
             if _TINY <= v <= _BIG:  # a unix time: finite and positive
                 self.lora.append(LoraSeries(r.max_lora, r.running, r.waiting, v))
             else:
@@ -686,14 +747,20 @@ class Builder:
         return LoraPage(series=tuple(series), adapters=tuple(sorted(order[:cap])), adapters_total=len(every))
 
 
-def normalize(page: Page, t: float, builder: Optional[Builder] = None) -> Snapshot:
+def http_pattern(handlers: str) -> Optional[Pattern[str]]:
+    """The compiled ``http_handlers`` expression (None: HTTP answers are not read)."""
+    return re.compile(handlers) if handlers else None
+
+
+def normalize(page: Page, t: float, builder: Optional[Builder] = None, http_handlers: str = "") -> Snapshot:
     """Sort the samples of a page parsed in full into a Snapshot taken at time ``t``."""
     rows = []
     counted = 0
     seen = set()
     duplicates = 0
+    http = http_pattern(http_handlers)
     for s in page.samples:
-        r = route(s.name, s.labels)
+        r = route(s.name, s.labels, http)
         if r is None:
             continue
         if r is COUNT:
@@ -714,8 +781,10 @@ def normalize(page: Page, t: float, builder: Optional[Builder] = None) -> Snapsh
 class Reader:
     """Page text -> Snapshot for the poll loop: a parser that keeps only the routed series."""
 
-    def __init__(self, caps: Caps = Caps(), memory: float = 300.0, limits: Limits = DEFAULT_LIMITS) -> None:
-        self.parser = Parser(select=route, limits=limits)
+    def __init__(self, caps: Caps = Caps(), memory: float = 300.0, limits: Limits = DEFAULT_LIMITS,
+                 http_handlers: str = "") -> None:
+        http = http_pattern(http_handlers)
+        self.parser = Parser(select=route if http is None else partial(route, http=http), limits=limits)
         self.builder = Builder(caps, memory)
 
     def read(self, text: str, t: float) -> Tuple[Page, Snapshot]:

@@ -24,6 +24,8 @@ bucket went down). Beyond ``rate()``:
 - a series missing from a page is remembered (its last value, for ``memory`` seconds): when it
   comes back, its increase is its growth since it was last seen, never its whole value, and its
   total stays in the window while it is away;
+- the OpenAI server's answers (``inputs.HTTP_KEY``, added up by status) are counted as vLLM's
+  counters are, under model_name "" (the pod's), kept whatever models come and go;
 - a series seen for the first time while the process is the same counts its value as an
   increase only when it was created since the previous poll: vLLM creates labelled series lazily
   at their first event. With the series' ``_created`` time on the page that is known (created
@@ -44,9 +46,10 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict, deque
 from typing import Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from .inputs import COUNTER, INPUTS, Hist, HistKey, SeriesKey, Snapshot
+from .inputs import COUNTER, HTTP_KEY, INPUTS, Hist, HistKey, SeriesKey, Snapshot
 
-_COUNTER_KEYS = frozenset(i.key for i in INPUTS if i.kind == COUNTER)
+# vLLM's counters, and the HTTP answers (model_name "": the pod's, kept whatever models come and go)
+_COUNTER_KEYS = frozenset(i.key for i in INPUTS if i.kind == COUNTER) | {HTTP_KEY}
 _MAX_PROCESSES = 4
 
 
@@ -447,7 +450,7 @@ class Windows:
 
     def _compact(self) -> None:
         """Renumber the totals of the models still known; rewrite the ring to match."""
-        keep = [i for i, key in enumerate(self._slot_keys) if key[2] in self._model_seen]
+        keep = [i for i, key in enumerate(self._slot_keys) if key[2] in self._model_seen or key[2] == ""]
         if len(keep) == len(self._slot_keys):
             return
         self._slot_keys = [self._slot_keys[i] for i in keep]
@@ -487,7 +490,7 @@ class Windows:
                     proc.hlast[key] = (h, seen, self._hist_slots(key[0], key[1], les), les)
                 else:
                     del proc.hlast[key]
-            for key in [k for k in proc.last if k[1] not in self._model_seen]:
+            for key in [k for k in proc.last if k[1] not in self._model_seen and k[1] != ""]:
                 del proc.last[key]
 
     # -- reading (what a Window reads) -------------------------------------------------------
@@ -527,6 +530,12 @@ class Windows:
     def counter_slots(self, key: str, model: str) -> Dict[str, int]:
         """The total of each extra label value of a counter input for one model (empty: never seen)."""
         return self._ctr.get((key, model)) or {}
+
+    def totals(self, key: str, model: str) -> Dict[str, float]:
+        """The running total (every increase since the windows started) of each extra label
+        value of a counter input for one model (empty: never seen)."""
+        agg = self._agg
+        return {x: agg[slot] for x, slot in self.counter_slots(key, model).items()}
 
     def hist_slots(self, key: str, model: str) -> Optional[HistSlots]:
         """Where a histogram input's totals are for one model (None: never seen)."""

@@ -37,7 +37,7 @@ from .gpu import GpuState, GpuUnavailable
 from .inputs import INPUTS, Caps, Reader, Snapshot
 from .logs import StateLog, summarize
 from .rolling import Windows
-from .signals import Baseline, Signals, derive_view, learnable, tracker_for
+from .signals import Baseline, Signals, counter_for, derive_view, learnable, tracker_for
 from .state import Published
 
 log = logging.getLogger("vllm_sidecar")
@@ -111,11 +111,12 @@ class Sidecar:
         self._rows = None  # the routed rows of the last page read, for the recorder
         self.retention = max(cfg.window, cfg.stall_seconds) + 3 * cfg.poll_interval
         self.caps = Caps(cfg.max_models, cfg.max_engines, cfg.max_label_values)
-        self.reader = Reader(self.caps, memory=self.retention)
+        self.reader = Reader(self.caps, memory=self.retention, http_handlers=cfg.http_handlers)
         self.windows = Windows(cfg.window, self.retention, cfg.poll_interval)
         self.baseline = Baseline(horizon=cfg.baseline_horizon, spacing=max(cfg.poll_interval, 10.0))
         self.util = _Mean(cfg.window)
         self.capacity = tracker_for(cfg)
+        self.counted = counter_for(cfg)  # the availability SLI's counters: kept through failures
         self.counters = Counters()
         # known failure reasons start at 0, so rate() and increase() see the first failure
         for reason in (*VLLM_REASONS, *SIDECAR_REASONS):
@@ -238,13 +239,14 @@ class Sidecar:
         self._error("vllm", "internal", f"{name} inside the sidecar")
         self.windows.reset()
         self.capacity.reset()
-        self.reader = Reader(self.caps, memory=self.retention)
+        self.reader = Reader(self.caps, memory=self.retention, http_handlers=self.cfg.http_handlers)
         self.util.clear()
 
     def _take(self, snap: Snapshot, now: float) -> None:
         """Feed the windows with a good snapshot and note what changed."""
         result = self.windows.add(snap)
         self.capacity.observe(snap)
+        self.counted.observe(self.windows, snap.models)
         if result.rejected:
             self.counters.malformed["invalid_value"] = self.counters.malformed.get("invalid_value", 0) + result.rejected
         if result.restart:
@@ -291,7 +293,8 @@ class Sidecar:
         signals = Signals()
         if snap is not None:
             try:
-                signals = derive_view(self.windows.view(now), self.cfg, mean_util, self.baseline, self.capacity)
+                signals = derive_view(self.windows.view(now), self.cfg, mean_util, self.baseline, self.capacity,
+                                      self.counted)
                 self._learn(signals, now)
                 self._say_role(signals)
                 self._ok("vllm", now)

@@ -166,3 +166,42 @@ def test_promtool_requests_held_back_come_from_the_sidecars_share_and_the_raw_wa
     ]}
     r = run_promtool(tmp_path, [case], alerts=None)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_promtool_availability_reads_the_sidecars_counters_and_the_raw_series_only_without_it(tmp_path):
+    """The availability SLI per replica. ``side`` (labelled): vLLM's own series say 60 requests a
+    minute, none failed, but its sidecar counted 30 a minute, 6 failed by vLLM's count and 2 by the
+    HTTP server's (errors inside HTTP-200 streams, say): the records are the sidecar's, 0.5/s and
+    the larger source's 0.1/s. ``plain`` (no label, no
+    sidecar): 54 answers 2xx and 6 answers 5xx a minute on HTTP, the records are vLLM's, 1/s and
+    0.1/s. ``orphan`` (labelled, its sidecar's counters absent): nothing, as every raw path
+    leaves a labelled pod out. The model's sum and ratio add the two replicas."""
+    from promseries import counter
+
+    side, plain = vllm_labels(pod="side", **{LABEL: "true"}), vllm_labels(pod="plain")
+    orphan = vllm_labels(pod="orphan", **{LABEL: "true"})
+    inputs = []
+    for lab in (side, plain, orphan):
+        http = {k: lab[k] for k in ("namespace", "pod", "job", "instance")} | ({LABEL: "true"} if LABEL in lab else {})
+        inputs += [series("vllm:num_requests_running", lab, [4] * (N + 1)),
+                   series("vllm:request_success_total", {**lab, "finished_reason": "stop"}, counter(lambda m: 60, N)),
+                   series("vllm:request_success_total", {**lab, "finished_reason": "error"}, [0] * (N + 1)),
+                   series("http_requests_total", {**http, "handler": "/v1/completions", "status": "2xx"},
+                          counter(lambda m: 54, N)),
+                   series("http_requests_total", {**http, "handler": "/v1/completions", "status": "5xx"},
+                          counter(lambda m: 6, N))]
+    sc = sidecar_labels("side", model_name="llama-70b")
+    inputs += [series("vllm_sidecar_availability_requests_total", sc, counter(lambda m: 30, N)),
+               # by source: the larger counts (a request both saw counts once)
+               series("vllm_sidecar_availability_errors_total", {**sc, "source": "engine"}, counter(lambda m: 6, N)),
+               series("vllm_sidecar_availability_errors_total", {**sc, "source": "http"}, counter(lambda m: 2, N))]
+    req, err = "namespace_pod_model:vllm_availability_requests:rate5m", "namespace_pod_model:vllm_availability_errors:rate5m"
+    ratio = "namespace_model:vllm_availability_errors:ratio_rate5m"
+    case = {"interval": "1m", "input_series": inputs, "promql_expr_test": [
+        {"expr": req, "eval_time": "15m", "exp_samples": [sample(req, "side", 0.5), sample(req, "plain", 1.0)]},
+        {"expr": err, "eval_time": "15m", "exp_samples": [sample(err, "side", 0.1), sample(err, "plain", 0.1)]},
+        {"expr": ratio, "eval_time": "15m", "exp_samples": [
+            {"labels": fmt_series(ratio, OUT), "value": (0.1 + 0.1) / (0.5 + 1.0)}]},
+    ]}
+    r = run_promtool(tmp_path, [case], alerts=None)
+    assert r.returncode == 0, r.stdout + r.stderr

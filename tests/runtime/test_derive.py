@@ -298,7 +298,12 @@ def test_first_read_gives_the_gauges_and_nothing_else(after_load):
                           "capacity_wait_cause", "kv_cache_usage_peak_ratio", "kv_cache_warn_poll_ratio",
                           "kv_cache_capacity_wait_poll_ratio",
                           # a gauge (vLLM's sleep state) and the role given, both known from one page
-                          "engine_sleep_level", "role_info"}
+                          "engine_sleep_level", "role_info",
+                          # the availability counters, served from the first page at 0 (its base)
+                          "availability_requests_total", "availability_errors_total"}
+    assert value(pts, "availability_requests_total", model_name=M) == 0
+    assert value(pts, "availability_errors_total", model_name=M, source="engine") == 0
+    assert value(pts, "availability_errors_total", model_name=M, source="http") == 0
     # preemptions since vLLM started, maybe inside the window, maybe not: one page cannot say
     preempted = snap(pt.set_values(after_load, {"vllm:num_preemptions_total": 3}), T0)
     assert "kv_cache_pressure_level" not in names(derive([preempted], [preempted], T0, cfg()))

@@ -24,6 +24,7 @@ its own derivation. Documented in docs/detection.md.
 from __future__ import annotations
 
 import math
+import re
 from collections import deque
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -31,9 +32,9 @@ import numpy as np
 
 from ...runtime.collectors.vllm import signal_points
 from ...runtime.config import Config, build
-from ...runtime.inputs import Reader, Snapshot
+from ...runtime.inputs import HTTP_KEY, Reader, Snapshot
 from ...runtime.rolling import Windows
-from ...runtime.signals import Baseline, derive_view, learnable, mean_utilization, tracker_for
+from ...runtime.signals import Baseline, counter_for, derive_view, learnable, mean_utilization, tracker_for
 
 POLL_INTERVAL = 2.0
 HISTORY_DERIVE = 15.0  # s: before ``full_from``, derive at most this often (see the docstring)
@@ -86,11 +87,15 @@ class PageWriter:
     the text page with the runtime's ``Reader`` and asserts both are the same, so the shortcut can
     never drift from what the reader does: every pod's first poll is checked."""
 
-    def __init__(self, model: str, old: bool) -> None:
+    HTTP = (("handler", "/v1/chat/completions"), ("method", "POST"))  # the OpenAI server's, as ``fleet`` writes it
+
+    def __init__(self, model: str, old: bool, http_handlers: str = "") -> None:
         from .shapes import HISTOGRAMS, real_bounds
 
         self.old = old
         self.model = model
+        self.http_handlers = http_handlers  # the reader's (checked pages): "" when it does not read them
+        self.http: Dict[str, float] = {}  # HTTP answers by status
         self.engine = "" if old else "0"
         self.lab = f'model_name="{model}"' if old else f'engine="0",model_name="{model}"'
         self.hists = []
@@ -137,6 +142,12 @@ class PageWriter:
         key = (name, extra)
         self.ctr[key] = self.ctr.get(key, 0.0) + max(inc, 0.0)
 
+    def add_http(self, status: str, inc: float) -> None:
+        self.http[status] = self.http.get(status, 0.0) + max(inc, 0.0)
+
+    def _http_labels(self, status: str) -> Tuple[Tuple[str, str], ...]:
+        return tuple(sorted((*self.HTTP, ("status", status))))
+
     def set(self, name: str, v: float, extra: str = "") -> None:
         self.gauges[(name, extra)] = float(v)
 
@@ -160,6 +171,9 @@ class PageWriter:
                 out.append(f'{name}_bucket{{{lab},le="{le}"}} {_num(c)}')
             out.append(f"{name}_sum{{{lab}}} {_num(self.hist_sum[name])}")
             out.append(f"{name}_count{{{lab}}} {_num(self.hist_cnt[name])}")
+        for status, v in sorted(self.http.items()):
+            inner = ",".join(f'{k}="{x}"' for k, x in self._http_labels(status))
+            out.append(f"http_requests_total{{{inner}}} {_num(v)}")
         out.append(f"process_start_time_seconds {_num(self.start)}")
         return "\n".join(out) + "\n"
 
@@ -194,12 +208,16 @@ class PageWriter:
         snap.models = frozenset([m])
         snap.process_start = self.start
         snap.vllm_samples = len(snap.values) + sum(len(b) + 2 for _n, b in self.hists if _n in self.hist_tot)
+        if self.http_handlers and re.fullmatch(self.http_handlers, dict(self.HTTP)["handler"]):
+            for status, v in self.http.items():  # the reader adds them up by status, the pod's
+                snap.values[(HTTP_KEY, "", "", status)] = v
+                snap.by_model.setdefault((HTTP_KEY, ""), []).append(("", status, v))
         return snap
 
     def check(self, t: float) -> Snapshot:
         """The snapshot of the text page through the runtime's Reader, asserted equal to
         ``snapshot``; returns it."""
-        _page, read = Reader().read(self.page(), t)
+        _page, read = Reader(http_handlers=self.http_handlers).read(self.page(), t)
         mine = self.snapshot(t)
         for f in ("values", "hists", "resolved", "models", "process_start", "by_model", "hists_by_model"):
             a, b = getattr(read, f), getattr(mine, f)
@@ -243,7 +261,7 @@ class SidecarSim:
         n = len(times)
         step = float(times[1] - times[0]) if n > 1 else POLL_INTERVAL
         sidecar = _SidecarState(cfg, step)
-        pages = _PodPages(pod, S, times)
+        pages = _PodPages(pod, S, times, cfg.http_handlers)
         out: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], np.ndarray] = {}
         was_on = False
         stride = max(1, int(round(HISTORY_DERIVE / step)))
@@ -282,6 +300,7 @@ class _SidecarState:
         retention = max(cfg.window, cfg.stall_seconds) + 3 * max(cfg.poll_interval, step)
         self.windows = Windows(cfg.window, retention, cfg.poll_interval)
         self.tracker = tracker_for(cfg)
+        self.counted = counter_for(cfg)  # kept while vLLM is gone, as the sidecar keeps it
         self.baseline = Baseline(horizon=cfg.baseline_horizon, spacing=max(cfg.poll_interval, 10.0))
         self.util_hist: deque = deque()
 
@@ -295,6 +314,7 @@ class _SidecarState:
         """One poll: the page's snapshot and the GPU utilization at ``t``."""
         self.windows.add(snap)
         self.tracker.observe(snap)
+        self.counted.observe(self.windows, snap.models)
         self.util_hist.append((t, gpu_util))
         while self.util_hist and self.util_hist[0][0] < t - self.cfg.window:
             self.util_hist.popleft()
@@ -305,7 +325,7 @@ class _SidecarState:
         scrape instead of each poll changes nothing at 5-10 s scrapes and thins it at longer ones."""
         cfg = self.cfg
         util = mean_utilization(list(self.util_hist), t, cfg.window)
-        signals = derive_view(self.windows.view(t), cfg, util, self.baseline, self.tracker)
+        signals = derive_view(self.windows.view(t), cfg, util, self.baseline, self.tracker, self.counted)
         for m in signals.models:
             rate = learnable(m, util, cfg.busy_utilization, cfg.role, cfg.long_prompt_surge_per_second)
             if rate is not None:
@@ -333,9 +353,9 @@ class _PodPages:
     per second and what the gauges read at each scrape step (lists, read once a step), and
     ``poll`` writing them onto the ``PageWriter``. A role pod (P/D) adds its vLLM 0.33 series."""
 
-    def __init__(self, pod, S: Dict[str, np.ndarray], times: np.ndarray) -> None:
+    def __init__(self, pod, S: Dict[str, np.ndarray], times: np.ndarray, http_handlers: str = "") -> None:
         self.old = old = pod.old_release
-        self.writer = writer = PageWriter(pod.model, old)
+        self.writer = writer = PageWriter(pod.model, old, http_handlers)
         req, share, ptok, ltok = S["requests"], S["long_share"], S["prompt_tokens"], S["long_tokens"]
         prompt_mean = (1 - share) * ptok * math.exp(0.18) + share * ltok
         gen = req * S["output_tokens"]
@@ -348,6 +368,10 @@ class _PodPages:
         self.L = L = {k: v.tolist() for k, v in S.items()}
         self.gpu_util = L["gpu_util"]
         self.gen_l, self.req_l, self.pm_l, self.err_l = gen.tolist(), req.tolist(), prompt_mean.tolist(), err.tolist()
+        # the OpenAI server's answers, as ``fleet`` writes them: engine errors of streamed requests
+        # answered 200 already, requests failing before the engine answered 5xx
+        non_streamed = err * (1 - S["stream_share"])
+        self.http_l = ((req - non_streamed).tolist(), (non_streamed + S["http_failures"]).tolist())
         self.frl = {name: (rate.tolist(), mean.tolist(), cdf) for name, (rate, mean, cdf) in fr.items()}
         self.extras = SidecarSim._role_series(pod, S, writer, self.frl) if pod.role else []
         self._step: tuple = ()
@@ -361,6 +385,7 @@ class _PodPages:
             L["preemptions"][i], L["rejections"][i], L["prefix_hit"][i],
             [(name, cdf[i], rate[i], mean[i]) for name, (rate, mean, cdf) in self.frl.items()],
             L["kv_usage"][i], L["kv_saw"][i], L["running"][i], L["waiting_capacity"][i], L["waiting_deferred"][i],
+            self.http_l[0][i], self.http_l[1][i],
         )
 
     def poll(self, i: int, t: float, dt: float) -> Snapshot:
@@ -368,7 +393,7 @@ class _PodPages:
         runtime's reader reads it (the pod's first page checked against the real reader)."""
         from .shapes import kv_at
 
-        g, rq, pm, er, ok, pre_i, rej_i, hit_i, hist_i, kv_i, saw_i, run_i, wc_i, wd_i = self._step
+        g, rq, pm, er, ok, pre_i, rej_i, hit_i, hist_i, kv_i, saw_i, run_i, wc_i, wd_i, h2_i, h5_i = self._step
         writer, old, pre = self.writer, self.old, self.pre
         writer.add("vllm:generation_tokens_total", g * dt)
         writer.add("vllm:prompt_tokens_total", rq * pm * dt)
@@ -377,6 +402,8 @@ class _PodPages:
         if not old:
             writer.add("vllm:num_preemptions_total", pre_i * dt)
             writer.add("vllm:admission_rejections_total", rej_i * dt, 'reason="max_num_queued_reqs"')
+        writer.add_http("2xx", h2_i * dt)
+        writer.add_http("5xx", h5_i * dt)
         writer.add(f"{pre}_queries_total", rq * pm * dt)
         writer.add(f"{pre}_hits_total", rq * pm * hit_i * dt)
         for name, cdf_i, rate_i, mean_i in hist_i:

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from ..exposition import parse
 from ..gpu import THROTTLE_REASONS, GpuReading, GpuState
 from ..signals import (
+    Availability,
     BusyLow,
     Caches,
     Distribution,
@@ -41,7 +42,7 @@ CAUSE, CEILING = "capacity_wait_cause", "batch_ceiling_requests"
 OTHER = tuple(n for n in DERIVED if n not in SCALARS and n not in DISTRIBUTIONS and n not in MAPPINGS
               and n not in (CAUSE, CEILING))
 _PARTS = {"throughput": Throughput, "kv": KvQueue, "latency": Latency, "prompts": Prompts, "caches": Caches,
-          "kv_transfer": KvTransfer}
+          "kv_transfer": KvTransfer, "availability": Availability}
 
 
 def _lora_from(each) -> Optional[Lora]:

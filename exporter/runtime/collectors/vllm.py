@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..signals import Distribution, Lora, ModelSignals, Signals
 from .base import PREFIX
@@ -31,6 +31,7 @@ class Series:
     read: Callable[[ModelSignals], object]
     extra: Tuple[str, ...] = ()  # labels besides model_name
     summary: bool = False  # ``read`` gives a Distribution
+    counter: bool = False  # a counter (its name ends in _total), not a gauge
     section: str = "vllm"  # the README's metric table it is a row of (``metric_docs.SECTIONS``)
     at: Optional[Tuple[str, str]] = field(default=None, init=False)  # (part, field) when ``read`` is a path
 
@@ -54,6 +55,12 @@ DERIVED: Dict[str, Series] = {
                                            "throughput.finished_per_second", ("finished_reason",)),
     "request_error_ratio": Series("Requests finished with reason error over all finished requests except client aborts, over the window.",
                                   "throughput.error_ratio"),
+    "availability_requests_total": Series("Requests the availability SLI counts since the sidecar started, as the pack's SLI does (availability_sli): the counted handlers' HTTP answers except 4xx (on a page of one model), else vLLM's finished requests except client aborts; "
+                                          "what grew at each poll, counter resets, restarts and lazily created series handled as for every rate. The pack reads its rate where the sidecar serves it.",
+                                          "availability.requests_total", counter=True),
+    "availability_errors_total": Series("Failed requests the availability SLI counts since the sidecar started, by source: engine (vLLM's requests finished with reason error), http (the counted handlers' 5xx answers); "
+                                        "availability_sli engine serves the first, http the second, combined both (the pack takes the larger rate). On a page with several models, engine only: HTTP answers carry no model.",
+                                        "availability.errors_total", ("source",), counter=True),
     "corrupted_requests_per_second": Series("Requests with NaN logits per second (only when vLLM counts them).",
                                             "throughput.corrupted_requests_per_second"),
     "admission_rejections_per_second": Series("Requests rejected by vLLM's queue limits per second.",
@@ -284,6 +291,8 @@ def families(signals: Signals) -> List[Metric]:
     for name, series in sorted(DERIVED.items()):
         if series.summary:
             fam = Metric(PREFIX + name, series.help, "summary")
+        elif series.counter:
+            fam = CounterMetricFamily(PREFIX + name, series.help, labels=["model_name", *series.extra])
         else:
             fam = GaugeMetricFamily(PREFIX + name, series.help, labels=["model_name", *series.extra])
         for m in signals.models:

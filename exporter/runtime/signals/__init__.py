@@ -5,6 +5,8 @@ stall horizon's snapshots, ``now``, the configuration, the GPU utilization histo
 learned baseline, and returns ``Signals`` (see ``results``). One module per signal family:
 
     throughput   tokens, finished requests, errors, preemptions, rejections per second
+    availability the availability SLI's requests and errors, counted poll by poll (a counter kept
+                 by the poll loop, as the capacity tracker is)
     capacity     KV usage, pressure level, time to full, running and waiting requests
     latency      TTFT/ITL/e2e/queue distributions, TTFT mean, SLO attainment; prompt lengths
     caches       prefix-cache hits, speculative-decoding acceptance, mean accepted length, by position
@@ -38,6 +40,7 @@ from .anomaly import (
     sleep_level,
     work_rate,
 )
+from .availability import AvailabilityCounter
 from .caches import caches, counter_ratio
 from .capacity import (
     HORIZON_SECONDS,
@@ -54,6 +57,7 @@ from .latency import cap, distribution, latency, prompts, quantile_or_bound
 from .lora import lora
 from .results import (
     QUANTILES,
+    Availability,
     BusyLow,
     Caches,
     Distribution,
@@ -70,8 +74,9 @@ from .results import (
 from .throughput import throughput
 
 __all__ = [
-    "HORIZON_SECONDS", "MIN_SLOPE_PER_SECOND", "QUANTILES", "Baseline", "BusyLow", "Caches", "CapacityTracker",
-    "classify", "Distribution", "KvQueue", "KvTransfer", "Latency", "Lora", "LoraAdapter", "ModelSignals",
+    "HORIZON_SECONDS", "MIN_SLOPE_PER_SECOND", "QUANTILES", "Availability", "AvailabilityCounter", "Baseline",
+    "BusyLow", "Caches", "CapacityTracker",
+    "classify", "counter_for", "Distribution", "KvQueue", "KvTransfer", "Latency", "Lora", "LoraAdapter", "ModelSignals",
     "Prompts", "Signals", "Throughput", "busy_low", "cap", "caches", "counter_ratio", "degraded", "derive",
     "derive_view", "distribution", "engine_stalled", "kv_and_queue", "kv_pressure_level", "kv_transfer", "latency",
     "learnable", "lora", "mean_utilization", "percentile", "prompts", "quantile_or_bound", "role_conflicts",
@@ -84,9 +89,16 @@ def tracker_for(cfg: Config) -> CapacityTracker:
     return CapacityTracker(cfg.window, cfg.kv_warn_threshold, cfg.batch_room, cfg.max_num_seqs)
 
 
+def counter_for(cfg: Config) -> AvailabilityCounter:
+    """The availability counter the poll loop feeds for ``cfg``."""
+    return AvailabilityCounter(getattr(cfg, "availability_sli", "combined"))
+
+
 def derive_view(view: Window, cfg: Config, util: Optional[float] = None,
-                baseline: Optional[Baseline] = None, tracker: Optional[CapacityTracker] = None) -> Signals:
-    """Every derived signal for every model on the latest page of ``view``.
+                baseline: Optional[Baseline] = None, tracker: Optional[CapacityTracker] = None,
+                counted: Optional[AvailabilityCounter] = None) -> Signals:
+    """Every derived signal for every model on the latest page of ``view`` (``counted``: the
+    availability counter fed with the same pages, whose totals are served with them).
 
     One snapshot in the window: the gauges (KV usage, running, waiting, waiting for capacity,
     the pressure level where one page settles it, the sleep level, LoRA). Two or more: everything.
@@ -100,17 +112,18 @@ def derive_view(view: Window, cfg: Config, util: Optional[float] = None,
     for model in sorted(latest.models):
         kv = kv_and_queue(view, model, cfg.kv_warn_threshold, cfg.batch_room, tracker, cfg.max_num_seqs)
         level = sleep_level(latest, model)
+        avail = counted.totals(model) if counted is not None else Availability()
         if first:
             models.append(ModelSignals(model=model, throughput=Throughput(), kv=kv, latency=Latency(),
-                                       prompts=Prompts(), caches=Caches(), sleep_level=level))
+                                       prompts=Prompts(), caches=Caches(), sleep_level=level, availability=avail))
             continue
-        models.append(_model(view, cfg, model, kv, level, util, baseline, role))
+        models.append(_model(view, cfg, model, kv, level, util, baseline, role, avail))
     return Signals(gpu_mean_utilization=util, models=tuple(models), lora=lora(latest), role=role,
                    role_conflicts=role_conflicts(view, role))
 
 
 def _model(view: Window, cfg: Config, model: str, kv: KvQueue, level: Optional[int], util: Optional[float],
-           baseline: Optional[Baseline], role: str) -> ModelSignals:
+           baseline: Optional[Baseline], role: str, avail: Availability) -> ModelSignals:
     """One model's signals over a window of two reads or more."""
     tp = throughput(view, model)
     sleeping = bool(level)
@@ -136,6 +149,7 @@ def _model(view: Window, cfg: Config, model: str, kv: KvQueue, level: Optional[i
                           quantile=cfg.baseline_quantile, planned=planned, sleeping=sleeping),
         kv_transfer=kv_transfer(view, model),
         sleep_level=level,
+        availability=avail,
     )
 
 
@@ -155,9 +169,11 @@ def derive(
     snaps = sorted({id(s): s for s in (*stall_snaps, *window_snaps)}.values(), key=lambda s: s.t)
     w = Windows(cfg.window, max(cfg.window, cfg.stall_seconds) + 3 * cfg.poll_interval, cfg.poll_interval)
     tracker = tracker_for(cfg)
+    counted = counter_for(cfg)
     for s in snaps:
         if s.t <= now:
             w.add(s)
             tracker.observe(s)
+            counted.observe(w, s.models)
     util = mean_utilization(util_history, now, cfg.window) if util_history else None
-    return derive_view(w.view(now, now - window_snaps[0].t), cfg, util, baseline, tracker)
+    return derive_view(w.view(now, now - window_snaps[0].t), cfg, util, baseline, tracker, counted)

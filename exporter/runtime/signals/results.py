@@ -40,6 +40,14 @@ class Throughput:
 
 
 @dataclass(frozen=True)
+class Availability:
+    """The availability SLI's counters since the sidecar's first page (``availability``)."""
+
+    requests_total: Optional[float] = None
+    errors_total: Mapping[str, float] = field(default_factory=dict)  # by source: engine, http
+
+
+@dataclass(frozen=True)
 class KvQueue:
     usage: Optional[float] = None
     pressure_level: Optional[int] = None
@@ -159,6 +167,7 @@ class ModelSignals:
     busy_low: Optional[BusyLow] = None
     kv_transfer: KvTransfer = KvTransfer()
     sleep_level: Optional[int] = None  # 0 awake, 1 weights offloaded, 2 discard all; None: vLLM does not say
+    availability: Availability = Availability()
 
     @property
     def sleeping(self) -> bool:
