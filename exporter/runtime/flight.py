@@ -89,10 +89,8 @@ def route_key(r) -> Optional[Key]:
     role = getattr(r, "role", None)
     if role == "start":
         return "process_start_time_seconds", ()
-    if role == "http":
-        return "http_requests_total", r.labels
-    if role == "http_created":
-        return "http_requests_created", r.labels
+    if role in ("http", "http_created"):
+        return r.name, r.labels
     if role == "lora":
         return "vllm:lora_requests_info", (("max_lora", r.max_lora), ("running_lora_adapters", ",".join(r.running)),
                                            ("waiting_lora_adapters", ",".join(r.waiting)))

@@ -192,27 +192,24 @@ class LoraRoute(NamedTuple):
     role = "lora"
 
 
-class HttpRoute(NamedTuple):
-    """An ``http_requests_total`` series of a handler the availability SLI counts (its creation
-    time, ``http_requests_created``, is an ``HttpCreatedRoute``)."""
+HTTP_REQUESTS = "http_requests_total"
+HTTP_CREATED = "http_requests_created"
 
+
+class HttpRoute(NamedTuple):
+    """An ``http_requests_total`` series of a handler the availability SLI counts (role
+    ``http``), or its ``http_requests_created`` (role ``http_created``: when the server created it)."""
+
+    role: str
     status: str  # as the server writes it: "2xx", "5xx" (grouped) or "200", "503"
     labels: Tuple[Tuple[str, str], ...]  # every label as read (the flight recorder writes them back)
     input = None  # not one of INPUTS: the Builder keeps it apart
-    role = "http"
+
+    @property
+    def name(self) -> str:
+        return HTTP_REQUESTS if self.role == "http" else HTTP_CREATED
 
 
-class HttpCreatedRoute(NamedTuple):
-    """The ``http_requests_created`` of such a series: when the server created it."""
-
-    status: str
-    labels: Tuple[Tuple[str, str], ...]
-    input = None
-    role = "http_created"
-
-
-HTTP_REQUESTS = "http_requests_total"
-HTTP_CREATED = "http_requests_created"
 HTTP_KEY = "http_requests"  # the counter input the answers are added up into, by status
 
 
@@ -286,8 +283,8 @@ def route(name: str, labels, http: Optional[Pattern[str]] = None) -> object:
             d = dict(labels)
             if not http.fullmatch(d.get("handler", "")):
                 return None
-            return (HttpRoute if name == HTTP_REQUESTS else HttpCreatedRoute)(d.get("status", ""),
-                                                                               tuple(sorted(d.items())))
+            return HttpRoute("http" if name == HTTP_REQUESTS else "http_created", d.get("status", ""),
+                             tuple(sorted(d.items())))
         return COUNT if name.startswith("vllm:") else None
     inp, role, prio = r
     model = engine = extra = ""
@@ -436,13 +433,13 @@ class _Work:
             # the status's creation time: its first handler's (a status new since the last poll
             # counts from zero in the windows); only for a status whose answers are taken
             if not _TINY <= v <= _BIG:
-                self.reject(f"{HTTP_CREATED}{dict(r.labels)!r} = {v!r}")
+                self.reject(f"{r.name}{dict(r.labels)!r} = {v!r}")
             elif r.status in self.http_statuses or len(self.http_statuses) < self.max_extra:
                 created, key = self.snap.created, (HTTP_KEY, "", "", r.status)
                 created[key] = min(v, created.get(key, v))
         elif r.role == "http":
             if not 0.0 <= v <= _BIG:  # a counter: finite, not negative
-                self.reject(f"{HTTP_REQUESTS}{dict(r.labels)!r} = {v!r}")
+                self.reject(f"{r.name}{dict(r.labels)!r} = {v!r}")
                 return
             values, key, statuses = self.snap.values, (HTTP_KEY, "", "", r.status), self.http_statuses
             if r.status not in statuses:

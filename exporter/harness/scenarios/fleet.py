@@ -26,7 +26,7 @@ import numpy as np
 
 from . import pd
 from .series import Book
-from .shapes import HISTOGRAMS, PodState, kv_at, lognormal_cdf, real_bounds  # noqa: F401 - read from here too
+from .shapes import HISTOGRAMS, HTTP_LABELS, PodState, http_answers, kv_at, lognormal_cdf, real_bounds  # noqa: F401 - read from here too
 
 
 @dataclass
@@ -164,11 +164,10 @@ class Fleet:
                    prompt_mean, up)
         self._hist("vllm:request_generation_tokens", lab, req, lambda x: lognormal_cdf(x, S["output_tokens"], 0.5),
                    S["output_tokens"], up)
-        # the OpenAI server's HTTP answers: engine errors of streamed requests answered 200 already
-        http = {**job, "handler": "/v1/chat/completions", "method": "POST"}
-        non_streamed = err * (1 - S["stream_share"])
-        self._counter("http_requests_total", {**http, "status": "2xx"}, req - non_streamed, up)
-        self._counter("http_requests_total", {**http, "status": "5xx"}, non_streamed + S["http_failures"], up)
+        http = {**job, **HTTP_LABELS}
+        answered, failed = http_answers(S, req, err)
+        self._counter("http_requests_total", {**http, "status": "2xx"}, answered, up)
+        self._counter("http_requests_total", {**http, "status": "5xx"}, failed, up)
         book.put("process_start_time_seconds", job, up, book.t(pod.start) - 90.0)
         if pod.role:
             pd.write_vllm(self, pod, S, up, lab)

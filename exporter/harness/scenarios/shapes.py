@@ -60,6 +60,18 @@ def lognormal_cdf(x, median, sigma: float):
     return np.where(x <= 0, 0.0, out)
 
 
+# the OpenAI server's answers on a simulated pod: one handler, POST
+HTTP_LABELS = {"handler": "/v1/chat/completions", "method": "POST"}
+
+
+def http_answers(S, req, err):
+    """The OpenAI server's answers per second, (2xx, 5xx), from a pod's state columns, its
+    requests and engine errors: an engine error of a streamed request was answered 200 already;
+    a request failing before the engine (``http_failures``) is a 5xx the engine never saw."""
+    non_streamed = err * (1 - S["stream_share"])
+    return req - non_streamed, non_streamed + S["http_failures"]
+
+
 def kv_at(t: float, usage: float, saw: float) -> float:
     """KV usage at time ``t`` (seconds): ``usage`` less a saw-tooth of depth ``saw`` that changes
     from one engine step to the next (deterministic in ``t``), as real vLLM's gauge does under

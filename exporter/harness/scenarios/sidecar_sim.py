@@ -35,6 +35,7 @@ from ...runtime.config import Config, build
 from ...runtime.inputs import HTTP_KEY, Reader, Snapshot
 from ...runtime.rolling import Windows
 from ...runtime.signals import Baseline, counter_for, derive_view, learnable, mean_utilization, tracker_for
+from .shapes import HTTP_LABELS, http_answers
 
 POLL_INTERVAL = 2.0
 HISTORY_DERIVE = 15.0  # s: before ``full_from``, derive at most this often (see the docstring)
@@ -87,7 +88,7 @@ class PageWriter:
     the text page with the runtime's ``Reader`` and asserts both are the same, so the shortcut can
     never drift from what the reader does: every pod's first poll is checked."""
 
-    HTTP = (("handler", "/v1/chat/completions"), ("method", "POST"))  # the OpenAI server's, as ``fleet`` writes it
+    HTTP = tuple(sorted(HTTP_LABELS.items()))  # the OpenAI server's, as ``fleet`` writes it
 
     def __init__(self, model: str, old: bool, http_handlers: str = "") -> None:
         from .shapes import HISTOGRAMS, real_bounds
@@ -368,10 +369,8 @@ class _PodPages:
         self.L = L = {k: v.tolist() for k, v in S.items()}
         self.gpu_util = L["gpu_util"]
         self.gen_l, self.req_l, self.pm_l, self.err_l = gen.tolist(), req.tolist(), prompt_mean.tolist(), err.tolist()
-        # the OpenAI server's answers, as ``fleet`` writes them: engine errors of streamed requests
-        # answered 200 already, requests failing before the engine answered 5xx
-        non_streamed = err * (1 - S["stream_share"])
-        self.http_l = ((req - non_streamed).tolist(), (non_streamed + S["http_failures"]).tolist())
+        answered, failed = http_answers(S, req, err)  # the OpenAI server's, as ``fleet`` writes them
+        self.http_l = (answered.tolist(), failed.tolist())
         self.frl = {name: (rate.tolist(), mean.tolist(), cdf) for name, (rate, mean, cdf) in fr.items()}
         self.extras = SidecarSim._role_series(pod, S, writer, self.frl) if pod.role else []
         self._step: tuple = ()
