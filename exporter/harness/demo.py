@@ -18,7 +18,7 @@ import threading
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Dict, List, Optional, TextIO
+from typing import Dict, List, Optional, Sequence, TextIO
 
 from ..view.console import Screen
 from .simulate import SimRunner, SimVllm
@@ -29,7 +29,10 @@ DEFAULT_ONSET = 15.0
 
 
 def run_demo(scenario: str, duration: float, onset: Optional[float], listen: str, with_prometheus: bool,
-             refresh: float, tty: bool, out: TextIO = sys.stdout) -> int:
+             refresh: float, tty: bool, out: TextIO = sys.stdout, until_fired: Sequence[str] = ()) -> int:
+    """Run the demo for ``duration`` seconds (0: until a stop signal); with ``until_fired`` (and
+    Prometheus) it also ends as soon as every alert named there has fired, so a script or a slow
+    machine waits for what it came to see instead of a fixed time."""
     from ..pack.rules import render_plain
     from ..slo import load_slo
     from .fakenvml import FakeNvml, make_gpus
@@ -83,6 +86,8 @@ def run_demo(scenario: str, duration: float, onset: Optional[float], listen: str
             view.trouble(pub, elapsed)
             view.show(view.render(pub, header(sim, elapsed, duration, urls), alert_lines(alerts, alerts_seen, elapsed, urls)))
             if duration and elapsed >= duration:
+                break
+            if until_fired and all(a in alerts_seen for a in until_fired):
                 break
             stop.wait(refresh)
     finally:

@@ -145,12 +145,16 @@ def test_demo_command_shows_the_signals_and_a_summary():
 @pytest.mark.prometheus
 def test_demo_with_prometheus_shows_alerts_firing():
     out = io.StringIO()
-    rc = run_demo("stall", duration=50, onset=3, listen="127.0.0.1:0", with_prometheus=True, refresh=5, tty=False, out=out)
+    # the run ends once the stall's alert fired (about 30 s here), 150 s at most on a starved machine
+    rc = run_demo("stall", duration=150, onset=3, listen="127.0.0.1:0", with_prometheus=True, refresh=2, tty=False,
+                  out=out, until_fired=("VLLMEngineStalled",))
     text = out.getvalue()
     assert rc == 0
     assert "alerts      firing:" in text
     fired = text.split("Alerts that fired:")[1]
     assert "VLLMEngineStalled" in fired, text[-2500:]
+    lasted = float(text.split("the run lasted ")[1].split("s")[0])
+    assert lasted < 150, "the run did not end when the alert fired"
 
 
 def test_each_simulator_has_its_own_scenario():
@@ -192,3 +196,10 @@ def test_long_steps_preempt_only_running_requests_and_keep_the_counts(scenario):
     assert sim.c["preempt"] > 0, "the scenario never filled the cache: the check above checked nothing"
     finished = sim.c["stop"] + sim.c["length"]
     assert finished > 0 and sim.h["preempt"].count == finished
+
+
+def test_demo_until_fired_needs_prometheus(capsys):
+    from exporter.cli.demo import main
+
+    assert main(["--until-fired", "VLLMEngineStalled"], {}) == 2
+    assert "--until-fired needs --with-prometheus" in capsys.readouterr().err
