@@ -347,6 +347,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if ns.matrix:
         from . import matrix
 
+        matrix.prune_render_cache()  # before the workers start: none is writing yet
         cells = [c for c in matrix.all_cells() if (not ns.only or c.scenario in ns.only)
                  and (not ns.replicas or str(c.replicas) in ns.replicas.split(","))
                  and (not ns.scrapes or str(c.scrape) in ns.scrapes.split(","))

@@ -150,6 +150,22 @@ def render_cache() -> Optional[Path]:
     return Path(d) if d else None
 
 
+def prune_render_cache() -> int:
+    """Remove the renders of any other code from the cache (and leftovers of an interrupted write):
+    a render is tens of megabytes and a full matrix a thousand of them, so renders of code that
+    has since changed would fill the disk run after run. Returns how many files went."""
+    cache = render_cache()
+    if cache is None or not cache.is_dir():
+        return 0
+    keep = f"-{_code_digest()}.pickle"
+    gone = 0
+    for f in cache.iterdir():
+        if f.is_file() and (f.name.endswith(".tmp") or (f.name.endswith(".pickle") and not f.name.endswith(keep))):
+            f.unlink(missing_ok=True)
+            gone += 1
+    return gone
+
+
 @lru_cache(maxsize=4)
 def _rendered(scenario: str, history: str, step: float, pods: int) -> Scenario:
     cache = render_cache()
