@@ -408,6 +408,8 @@ SCHEMA: Dict[str, Check] = {
     "windows.startup": _duration,
     "windows.held_back": _duration,
     "windows.held_back_sparse": _duration,
+    "windows.episode": _duration,
+    "windows.episode_recent": _duration,
     "windows.batch_peak": _duration,
     "windows.baseline": _duration,
     "windows.baseline_offset": _duration,

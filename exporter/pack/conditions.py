@@ -44,7 +44,9 @@ def history_normal(c: Ctx, per_replica_model_rate: str, quantile: float = 0.0) -
     over = f"[{w['baseline']}] offset {w['baseline_offset']}"
     level = (f"quantile_over_time({quantile:g}, {per_replica_model_rate}{over})" if quantile
              else f"avg_over_time({per_replica_model_rate}{over})")
-    return f"{level}\nand\npresent_over_time({per_replica_model_rate}[{w['baseline_edge']}] offset {far:g}s)"
+    # whole seconds as PromQL writes a duration (never 8.07321e+09s: a window of centuries)
+    far_text = f"{int(far)}s" if float(far).is_integer() else f"{int(round(far * 1000))}ms"
+    return f"{level}\nand\npresent_over_time({per_replica_model_rate}[{w['baseline_edge']}] offset {far_text})"
 
 
 def names(c: Ctx) -> dict:
@@ -209,9 +211,13 @@ def comparisons(c: Ctx) -> List[Recording]:
                 f"  and on ({g})\n  {enough}\n)")
 
     held_avg = c.rec("vllm_requests_held_back", "avg_over_time" + c.windows["held_back"])
-    # the firm held-back signal's share of windows.episode_recent, read here only
-    held_recent = (f"avg_over_time({c.rec('vllm_requests_held_back_firm', 'bool')}"
-                   f"[{c.windows['episode_recent']}])")
+    # the firm held-back signal's share of windows.episode_recent, read here only; where the
+    # sidecar serves it, its own share made at every poll (as before this counts every wait the
+    # sidecar explains by the cache, at the warn level too: the stricter firm reading is the raw
+    # path's, which has no per-poll view)
+    held_recent = (f"(\n  max by ({by}) (vllm_sidecar_kv_cache_held_back_recent_ratio{c.selector()})\n  or on ({by})\n"
+                   f"  avg_over_time({c.rec('vllm_requests_held_back_firm', 'bool')}"
+                   f"[{c.windows['episode_recent']}])\n)")
     return [
         Recording(n["sidecar_long_surge"], surge(n["sidecar_long"], n["sidecar_long_normal"], n["sidecar_long_ratio"])),
         # the sidecar's 5-minute average against the normal of its kind (the sidecar's threshold,

@@ -93,9 +93,12 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     replica at its ceiling after an overload, one request waiting a scrape now and then, is not
     the overload going on).
 
-    Where the sidecar serves ``vllm_sidecar_kv_cache_capacity_wait_poll_ratio`` (the share of its 2 s
-    polls with requests held back by the cache, the same explanation made at every poll), the
-    held-back signal is that share: what a 15-60 s scrape of a saw-toothing gauge cannot sample."""
+    Where the sidecar serves ``vllm_sidecar_kv_cache_held_back_ratio`` (the same held-back signal
+    made at every 2 s poll from its share of polls with requests held back by the cache, the same
+    explanation, and averaged over the same window: what a 15-60 s scrape of a saw-toothing gauge
+    cannot sample), the KV alert's share is that series, and the chronic overload's is
+    ``vllm_sidecar_kv_cache_held_back_recent_ratio``; every record of this path below is made for
+    pods without the sidecar only."""
     by, s, svc, kv = c.per_replica, c.selector, c.per_model, c.slo["kv_cache"]
     waiting = c.rec("vllm_requests_waiting", "sum")
     reason = c.rec("vllm_requests_waiting_capacity_reason", "sum")
@@ -113,7 +116,6 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         ceiling_expr = f"count by ({svc}) ({c.running()}) * 0 + {kv['max_num_seqs']}"
     else:
         ceiling_expr = f"max_over_time({m_uncontended}[{c.windows['batch_peak']}])"
-    sidecar_share = f"max by ({by}) (vllm_sidecar_kv_cache_capacity_wait_poll_ratio{s()})"
     held = c.rec("vllm_requests_held_back", "bool")
     wait_share = c.rec("vllm_requests_waiting_capacity", "share")
 
@@ -129,8 +131,8 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
     # while the waits reached kv_cache.held_back_share in windows.held_back, or rejecting requests:
     # what both held-back signals count as held back whatever their waits (vLLM's counters read
     # here, their only reader)
-    preempting = c.rate("vllm:num_preemptions_total", c.sustain_window)
-    rejecting = c.rate("vllm:admission_rejections_total")
+    preempting = c.rate("vllm:num_preemptions_total", c.sustain_window, ns)
+    rejecting = c.rate("vllm:admission_rejections_total", "", ns)
     extra_expr = (f"sgn({preempting} > 0)\nand on ({by})\n"
                   f"max_over_time({wait_share}[{c.windows['held_back']}]) >= {kv['held_back_share']}\n"
                   f"or on ({by})\nsgn({rejecting} > 0)")
@@ -168,9 +170,9 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
                   f"    ({usage_raw}) >= {kv['warn']}\n    or on ({by})\n"
                   f"    {running_raw} < on ({svc}) group_left () ({kv['batch_room']} * {ceiling})\n  )\n)\n"
                   f"or\n{reason} * 0"),
-        # requests waiting for capacity the cache cannot give (0-1): the sidecar's share of its polls
-        # where it has it, else 1 while the raw series show KV-bound waiters
-        Recording(wait_share, f"{sidecar_share}\nor on ({by})\n({cap} > bool 0)"),
+        # requests waiting for capacity the cache cannot give: 1 while the raw series show KV-bound
+        # waiters (the sidecar makes its own share at every poll)
+        Recording(wait_share, f"{cap} > bool 0"),
         # at each evaluation, how much requests are held back by the cache (0-1): those waits, and
         # preempting or rejecting (the KV alert averages it over a window). Preemptions count only
         # where the waits reached kv_cache.held_back_share within windows.held_back: between the
@@ -179,14 +181,14 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         # that is the preemption warning's business
         Recording(extra, extra_expr),
         Recording(c.rec("vllm_requests_held_back", "bool"), held_back_bool(wait_share)),
-        # the same from the waits only the batch's room explains (the sidecar's share where it has it)
+        # the same from the waits only the batch's room explains
         Recording(c.rec("vllm_requests_held_back_firm", "bool"),
-                  held_back_bool(f"({sidecar_share}\n  or on ({by})\n  ((\n{indent(cap_firm, 4)}\n  ) > bool 0))")),
-        *held_back_shares(c, held, sidecar_share),
+                  held_back_bool(f"((\n{indent(cap_firm, 2)}\n) > bool 0)")),
+        *held_back_shares(c, held),
     ]
 
 
-def held_back_shares(c: Ctx, held: str, sidecar_share: str) -> List[Recording]:
+def held_back_shares(c: Ctx, held: str) -> List[Recording]:
     """The held-back signal (``held``, at each evaluation) as a share of the KV alert's window (the
     firm signal's share of the chronic overload's window is read where it is needed, by
     ``conditions.comparisons``)."""
@@ -195,15 +197,18 @@ def held_back_shares(c: Ctx, held: str, sidecar_share: str) -> List[Recording]:
         # its share over the held-back window, recorded so that the KV alert can ask whether it was
         # reached at some point of a longer window (a chronic overload is one episode)
         # (only once the replica has a whole window of it: a pod's first sample is no share)
-        # Sustained means many samples: read from raw vLLM series scraped sparsely (fewer than
+        # The sidecar serves it made at every poll (once its polls span the window). Sustained
+        # means many samples: read from raw vLLM series scraped sparsely (fewer than
         # kv_cache.held_back_scrapes in the window, e.g. every 60 s), the share is taken over
-        # windows.held_back_sparse instead; the sidecar's share is per poll and needs no more.
+        # windows.held_back_sparse instead.
         Recording(c.rec("vllm_requests_held_back", "avg_over_time" + c.windows["held_back"]),
+                  f"max by ({by}) (vllm_sidecar_kv_cache_held_back_ratio{s()})\n"
+                  f"or on ({by})\n"
                   f"(\n  avg_over_time({held}[{c.windows['held_back']}])\n"
                   f"  and on ({by})\n  {held} offset {c.windows['held_back']}\n"
-                  f"  and on ({by})\n  (\n    {sidecar_share}\n    or on ({by})\n"
-                  f"    max by ({by}) (count_over_time(vllm:num_requests_running{s(c.no_sidecar)}[{c.windows['held_back']}]))"
-                  f" >= {kv['held_back_scrapes']}\n  )\n)\n"
+                  f"  and on ({by})\n"
+                  f"  max by ({by}) (count_over_time(vllm:num_requests_running{s(c.no_sidecar)}[{c.windows['held_back']}]))"
+                  f" >= {kv['held_back_scrapes']}\n)\n"
                   f"or on ({by})\n"
                   f"(\n  avg_over_time({held}[{c.windows['held_back_sparse']}])\n"
                   f"  and on ({by})\n  {held} offset {c.windows['held_back_sparse']}\n)"),

@@ -109,6 +109,17 @@ FIELDS: Tuple[Field, ...] = (
           lo=0, hi=1_000_000, slo="kv_cache.max_num_seqs"),
     Field("batch_room", "float", None, "the batch has room below this share of its ceiling",
           lo=0, hi=1, lo_open=True, slo="kv_cache.batch_room"),
+    Field("held_back_window", "float", None, "seconds over which the held-back signal (requests held back "
+          "by the KV cache, preempting or rejecting) is averaged, as the KV alert reads it",
+          lo=0, lo_open=True, slo="windows.held_back"),
+    Field("held_back_recent_window", "float", None, "seconds over which the held-back signal is averaged for "
+          "a chronic overload", lo=0, lo_open=True, slo="windows.episode_recent"),
+    Field("held_back_share", "float", None, "share of the held-back window with requests held back at which "
+          "preempting counts as held back too", lo=0, hi=1, lo_open=True, slo="kv_cache.held_back_share"),
+    Field("preempting_window", "float", None, "seconds after a preemption the replica counts as preempting",
+          lo=0, lo_open=True, slo="windows.sustain"),
+    Field("rejecting_window", "float", None, "seconds after an admission rejection the replica counts as "
+          "rejecting", lo=0, lo_open=True, slo="windows.rate"),
     Field("busy_utilization", "float", None, "mean GPU utilization at or above which the pod is busy",
           lo=0, hi=1, lo_open=True, slo="gpu_busy_low.busy_utilization"),
     Field("low_throughput_fraction", "float", None, "busy pod flagged when generation tokens/s fall "

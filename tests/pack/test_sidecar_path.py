@@ -142,27 +142,38 @@ def test_promtool_slow_sustained_surge_warns_on_a_labelled_pod_over_five_minutes
 
 
 def test_promtool_requests_held_back_come_from_the_sidecars_share_and_the_raw_waits_only_without_it(tmp_path):
-    """Two pods with 3 requests waiting for capacity, 4 running and the cache at 97 %: ``side``
-    (labelled) is held back by its sidecar's share of polls (0.8); its raw waits are not read, so the
-    rules' capacity waits (and the batch ceiling behind them) are recorded for ``plain`` (no label)
-    only, which is held back at 1 (3 waits the full cache explains)."""
+    """Two pods with 3 requests waiting for capacity, 4 running, the cache at 97 % and a preemption
+    a minute: ``side`` (labelled) is held back by what its sidecar made at every poll (0.8 over the
+    KV alert's window, 0.5 over the chronic overload's); its raw series are not read, so the rules'
+    capacity waits, the preempting flag and the held-back record are made for ``plain`` (no label)
+    only, which is held back at 1 (3 waits the full cache explains, preempting as well)."""
     side, plain = vllm_labels(pod="side", **{LABEL: "true"}), vllm_labels(pod="plain")
     inputs = []
     for lab in (side, plain):
         inputs += [series("vllm:num_requests_waiting_by_reason", {**lab, "reason": "capacity"}, [3] * (N + 1)),
                    series("vllm:num_requests_waiting", lab, [3] * (N + 1)),
                    series("vllm:num_requests_running", lab, [4] * (N + 1)),
-                   series("vllm:kv_cache_usage_perc", lab, [0.97] * (N + 1))]
-    inputs.append(series("vllm_sidecar_kv_cache_capacity_wait_poll_ratio", sidecar_labels("side", model_name="llama-70b"),
-                         [0.8] * (N + 1)))
+                   series("vllm:kv_cache_usage_perc", lab, [0.97] * (N + 1)),
+                   series("vllm:num_preemptions_total", lab, list(range(N + 1)))]
+    side_labels = sidecar_labels("side", model_name="llama-70b")
+    inputs += [series("vllm_sidecar_kv_cache_held_back_ratio", side_labels, [0.8] * (N + 1)),
+               series("vllm_sidecar_kv_cache_held_back_recent_ratio", side_labels, [0.5] * (N + 1)),
+               # an older sidecar's series, no longer read by the pack
+               series("vllm_sidecar_kv_cache_capacity_wait_poll_ratio", side_labels, [0.1] * (N + 1))]
     reason, cap = ("namespace_pod_model:vllm_requests_waiting_capacity_reason:sum",
                    "namespace_pod_model:vllm_requests_waiting_capacity:sum")
     share, held = "namespace_pod_model:vllm_requests_waiting_capacity:share", "namespace_pod_model:vllm_requests_held_back:bool"
+    flag = "namespace_pod_model:vllm_requests_preempted_or_rejected:bool"
+    avg, chronic = ("namespace_pod_model:vllm_requests_held_back:avg_over_time2m",
+                    "namespace_pod_model:vllm_requests_held_back_chronic:avg_over_time10m")
     case = {"interval": "1m", "input_series": inputs, "promql_expr_test": [
         {"expr": reason, "eval_time": "15m", "exp_samples": [sample(reason, "plain", 3)]},
         {"expr": cap, "eval_time": "15m", "exp_samples": [sample(cap, "plain", 3)]},
-        {"expr": share, "eval_time": "15m", "exp_samples": [sample(share, "side", 0.8), sample(share, "plain", 1)]},
-        {"expr": held, "eval_time": "15m", "exp_samples": [sample(held, "side", 0.8), sample(held, "plain", 1)]},
+        {"expr": share, "eval_time": "15m", "exp_samples": [sample(share, "plain", 1)]},
+        {"expr": flag, "eval_time": "15m", "exp_samples": [sample(flag, "plain", 1)]},
+        {"expr": held, "eval_time": "15m", "exp_samples": [sample(held, "plain", 1)]},
+        {"expr": avg, "eval_time": "15m", "exp_samples": [sample(avg, "side", 0.8), sample(avg, "plain", 1)]},
+        {"expr": chronic, "eval_time": "15m", "exp_samples": [sample(chronic, "side", 0.5), sample(chronic, "plain", 1)]},
     ]}
     r = run_promtool(tmp_path, [case], alerts=None)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -204,4 +215,35 @@ def test_promtool_availability_reads_the_sidecars_counters_and_the_raw_series_on
             {"labels": fmt_series(ratio, OUT), "value": (0.1 + 0.1) / (0.5 + 1.0)}]},
     ]}
     r = run_promtool(tmp_path, [case], alerts=None)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_promtool_without_a_target_label_the_sidecars_held_back_signal_wins_over_the_raw_path(tmp_path):
+    """``sidecar_target_label: ""``: every pod's raw series are read, so ``both`` has the raw
+    path's held-back share (1: 3 waits with the cache at 97 %) and its sidecar's (0.25, 0.4); the
+    sidecar's are the records, the raw path's only where no sidecar serves them (``raw``)."""
+    from exporter.pack.rules import render_plain
+    from exporter.slo import load_slo
+
+    slo_file = tmp_path / "slo.yaml"
+    slo_file.write_text('sidecar_target_label: ""\n')
+    rules = tmp_path / "vllm.rules.yml"
+    rules.write_text(render_plain(load_slo(str(slo_file))))
+    both, raw = vllm_labels(pod="both"), vllm_labels(pod="raw")
+    inputs = []
+    for lab in (both, raw):
+        inputs += [series("vllm:num_requests_waiting_by_reason", {**lab, "reason": "capacity"}, [3] * (N + 1)),
+                   series("vllm:num_requests_waiting", lab, [3] * (N + 1)),
+                   series("vllm:num_requests_running", lab, [4] * (N + 1)),
+                   series("vllm:kv_cache_usage_perc", lab, [0.97] * (N + 1))]
+    side_labels = sidecar_labels("both", model_name="llama-70b")
+    inputs += [series("vllm_sidecar_kv_cache_held_back_ratio", side_labels, [0.25] * (N + 1)),
+               series("vllm_sidecar_kv_cache_held_back_recent_ratio", side_labels, [0.4] * (N + 1))]
+    avg, chronic = ("namespace_pod_model:vllm_requests_held_back:avg_over_time2m",
+                    "namespace_pod_model:vllm_requests_held_back_chronic:avg_over_time10m")
+    case = {"interval": "1m", "input_series": inputs, "promql_expr_test": [
+        {"expr": avg, "eval_time": "15m", "exp_samples": [sample(avg, "both", 0.25), sample(avg, "raw", 1)]},
+        {"expr": chronic, "eval_time": "15m", "exp_samples": [sample(chronic, "both", 0.4), sample(chronic, "raw", 1)]},
+    ]}
+    r = run_promtool(tmp_path, [case], rules_path=rules, alerts=None)
     assert r.returncode == 0, r.stdout + r.stderr

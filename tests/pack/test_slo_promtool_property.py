@@ -218,3 +218,9 @@ def test_a_bad_value_is_refused_in_one_line_naming_the_key(tmp_path, doc, messag
         load_slo(str(f))
     assert "\n" not in str(info.value) and str(info.value).startswith(message.split(": ")[0] + ":")
     assert message in str(info.value), str(info.value)
+
+
+def test_a_baseline_window_of_centuries_renders_durations_promtool_reads(tmp_path):
+    """Found by the property above: ``windows.baseline: 256y`` made the baseline's far-end offset
+    ``8.07321e+09s``, which PromQL refuses; offsets are written in whole seconds."""
+    check_batch(tmp_path, [{"windows": {"baseline": "256y"}}, {"windows": {"baseline": "1d", "baseline_offset": "90s"}}])

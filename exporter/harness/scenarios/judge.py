@@ -89,8 +89,9 @@ def backtest_timeline(scenario: Scenario, rules_file: Path, from_step: int = 0) 
     book = scenario.book
     if book is None:  # a recording: what a real Prometheus stored
         from ...analysis.sources import load_file
+        from .recorded_sidecar import with_current_sidecar
 
-        store = load_file(scenario.file).store
+        store = with_current_sidecar(load_file(scenario.file).store, Path(scenario.file).parent)
         if scenario.scrape:  # what a Prometheus scraping at that interval would have kept
             store = thin(store, scenario.scrape)
         step_ms = int(scenario.step * 1000)

@@ -46,6 +46,7 @@ from .capacity import (
     HORIZON_SECONDS,
     MIN_SLOPE_PER_SECOND,
     CapacityTracker,
+    HeldBackRule,
     classify,
     kv_and_queue,
     kv_pressure_level,
@@ -75,7 +76,7 @@ from .throughput import throughput
 
 __all__ = [
     "HORIZON_SECONDS", "MIN_SLOPE_PER_SECOND", "QUANTILES", "Availability", "AvailabilityCounter", "Baseline",
-    "BusyLow", "Caches", "CapacityTracker",
+    "BusyLow", "Caches", "CapacityTracker", "HeldBackRule",
     "classify", "counter_for", "Distribution", "KvQueue", "KvTransfer", "Latency", "Lora", "LoraAdapter", "ModelSignals",
     "Prompts", "Signals", "Throughput", "busy_low", "cap", "caches", "counter_ratio", "degraded", "derive",
     "derive_view", "distribution", "engine_stalled", "kv_and_queue", "kv_pressure_level", "kv_transfer", "latency",
@@ -86,7 +87,9 @@ __all__ = [
 
 def tracker_for(cfg: Config) -> CapacityTracker:
     """The capacity tracker the poll loop feeds for ``cfg``."""
-    return CapacityTracker(cfg.window, cfg.kv_warn_threshold, cfg.batch_room, cfg.max_num_seqs)
+    rule = HeldBackRule(cfg.held_back_window, cfg.held_back_recent_window, cfg.held_back_share,
+                        cfg.preempting_window, cfg.rejecting_window)
+    return CapacityTracker(cfg.window, cfg.kv_warn_threshold, cfg.batch_room, cfg.max_num_seqs, rule=rule)
 
 
 def counter_for(cfg: Config) -> AvailabilityCounter:

@@ -67,6 +67,10 @@ class KvQueue:
     warn_poll_ratio: Optional[float] = None  # share of polls with usage at or above the warn level
     capacity_wait_poll_ratio: Optional[float] = None  # share of polls with requests held back by the cache
     preempting_poll_ratio: Optional[float] = None  # share of polls that saw a preemption
+    # the pack's held-back signal made at every poll (capacity.HeldBackRule): its mean over
+    # windows.held_back (once the polls span it) and over windows.episode_recent
+    held_back_ratio: Optional[float] = None
+    held_back_recent_ratio: Optional[float] = None
 
 
 @dataclass(frozen=True)
