@@ -88,8 +88,17 @@ def test_the_pd_panels_and_alerts_on_vllm_033_pages(tmp_path):
                 pass
             assert not pending, "panels without data:\n" + "\n".join(f"{k}: {q}" for k, q in pending.items())
 
-            roles = {r["metric"]["pod"]: r["metric"]["role"] for r in st.query("namespace_pod_model:vllm_role:info")}
-            assert roles == {pod: role or "both" for pod, (_, role) in FLEET.items()}
+            # every pod's role once the rules have evaluated over its first scrapes (a panel can answer
+            # before the last target's page is in an evaluation)
+            want = {pod: role or "both" for pod, (_, role) in FLEET.items()}
+
+            def roles():
+                return {r["metric"]["pod"]: r["metric"]["role"] for r in st.query("namespace_pod_model:vllm_role:info")}
+            try:
+                wait_until(lambda: roles() == want, 30, every=1, what="every pod's role")
+            except TimeoutError:
+                pass
+            assert roles() == want
             asleep = {r["metric"]["pod"] for r in st.query("namespace_pod_model:vllm_engine_asleep:max_over_time5m")}
             assert asleep == {"vllm-z0"}
             # the alerts' conditions (pending or firing) on exactly the replicas in trouble
