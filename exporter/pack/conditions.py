@@ -55,7 +55,6 @@ def names(c: Ctx) -> dict:
     return {
         "uptime": pod_rec(c, "vllm_process_uptime_seconds", "max"),
         "expected_down": target_rec(c, "vllm_sidecar_target_up", "down_expected"),
-        "targets_present": target_rec(c, "vllm_scrape_target", "present", "job", "instance"),
         "targets_seen": "job_instance_target:vllm_scrape_target:max_over_time" + c.windows["target_seen"],
         "targets_down": target_rec(c, "up", "down_seen" + c.windows["target_seen"]),
         "sidecar_long": c.rec("vllm_sidecar_long_prompt_requests", "rate", sw),
@@ -103,21 +102,28 @@ def inputs(c: Ctx) -> List[Recording]:
     read_before = f"max by ({r}) (vllm_sidecar_last_success_timestamp_seconds{s(TVLLM)})"
     sidecar_age = f"time() - max by ({r}) (vllm_sidecar_process_start_time_seconds{s()})"
 
-    def present(series: str, target: str) -> str:
-        return (f"label_replace(group by ({c.by_(*c.replica, 'job', 'instance')}) ({series}{s()}), "
-                f"\"target\", \"{target}\", \"\", \"\")")
+    def seen_within(window: str) -> str:
+        """The scrape targets of vLLM and of the sidecar that answered within ``window``, one
+        series each, by target labels (a pod's IP and port may have served another pod too): a
+        range read skips the stale markers of a target gone, and its last answer stays seen."""
+        def one(series: str, target: str) -> str:
+            return (f"label_replace(group by ({c.target}) (last_over_time({series}{s()}[{window}])), "
+                    f"\"target\", \"{target}\", \"\", \"\")")
+        return (f"max by ({c.target}, target) (\n  {one('vllm:num_requests_running', 'vllm')}\n  or\n"
+                f"  {one('vllm_sidecar_build_info', 'sidecar')}\n)")
 
-    # each target seen within the window once (a pod's IP and port may have served another pod too)
-    seen = f"max by ({c.target}, target) (max_over_time({n['targets_present']}[{c.windows['target_seen']}]))"
-    # ... the hour is a baseline (the slow group's, up to slow_interval old: cadence), so the
-    # targets seen since its last evaluation are read here, over Prometheus' lookback (longer
-    # than any slow_interval the SLO file takes)
-    recent = f"max_over_time({n['targets_present']}[{LOOKBACK_S / 60:g}m])"
+    # each target seen within windows.target_seen ...
+    seen = seen_within(c.windows["target_seen"])
+    # ... a baseline (the slow group's, up to slow_interval old: cadence), so the targets seen
+    # since its last evaluation are read here, over Prometheus' lookback (longer than any
+    # slow_interval the SLO file takes)
+    recent = seen_within(f"{LOOKBACK_S / 60:g}m")
 
     return [
         # with the replica's role: every comparison of it is within a model and role
         Recording(n["sidecar_long"],
-                  c.with_role(f"max by ({c.per_replica}) (vllm_sidecar_long_prompt_requests_per_second{s()})")),
+                  c.with_role(f"max by ({c.per_replica}) (vllm_sidecar_long_prompt_requests_per_second{s()})",
+                              known=True)),
         Recording(n["sidecar_long_ratio"], f"max by ({c.per_replica}) (vllm_sidecar_long_prompt_request_ratio{s()})"),
         # ... averaged over windows.rate: a sustained surge too slow for the sidecar's per-minute
         # floor (fewer than long_prompt.min_count a minute) still counts over five minutes (the
@@ -134,16 +140,11 @@ def inputs(c: Ctx) -> List[Recording]:
         Recording(n["expected_down"],
                   f"max by ({r}, target) (vllm_sidecar_target_up{s(TVLLM)}) == 0\nand on ({r})\n"
                   f"(\n  {read_before}\n  or\n  ({sidecar_age}) > {c.seconds(c.windows['startup']):g}\n)"),
-        # the scrape targets of vLLM and of the sidecar that answer now, one series each, remembered
-        # over windows.target_seen by the next rule (a target answering for less than an
-        # evaluation interval is not seen)
-        Recording(n["targets_present"], f"{present('vllm:num_requests_running', 'vllm')}\nor\n"
-                                        f"{present('vllm_sidecar_build_info', 'sidecar')}"),
         Recording(n["targets_seen"], seen, baseline=True),
         # the scrape targets of vLLM and of the sidecar seen within windows.target_seen and down now
         # (up 0 at every endpoint of its kind; only the targets down are written)
         Recording(n["targets_down"], f"max by ({r}, target) (\n  up{s()}\n  * on ({c.target}) group_left (target)\n"
-                                   f"  max by ({c.target}, target) ({recent} or {n['targets_seen']})\n) == 0"),
+                                   f"  (\n{indent(recent, 4)}\n    or\n    {n['targets_seen']}\n  )\n) == 0"),
     ]
 
 
@@ -163,7 +164,8 @@ def normals(c: Ctx) -> List[Recording]:
         return f"{history_normal(c, per_replica, lp['baseline_quantile'])}\nor\n(\n{indent(peers)}\n)"
 
     busy = history_normal(c, c.mrec("vllm_generation_tokens_per_busy_replica", "rate"))
-    busy_beside = (f"{c.with_role(c.rec('vllm_generation_tokens', 'rate'))} * 0\n"
+    # every replica with its role (the role rule's series, its labels and role only) ...
+    busy_beside = (f"group by ({c.per_replica}, role) ({c.role}) * 0\n"
                    f"+ on ({g}) group_left ()\n{n['busy_normal_model']}")
     return [
         Recording(n["sidecar_long_normal"],

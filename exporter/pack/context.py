@@ -135,13 +135,15 @@ class Ctx:
         """The per-replica recorded rates made of vLLM's own counters alone (no sidecar series)."""
         return (self.rec("vllm_generation_tokens", "rate"),)
 
-    def with_role(self, per_replica: str, from_vllm: bool = False) -> str:
+    def with_role(self, per_replica: str, known: bool = False) -> str:
         """A per-replica-and-model expression with its replica's ``role`` label added (the role rule
         says ``both`` where the pod has no role series; ``both`` too where the rule has no series
         yet). A rate of vLLM's own counters over the rate window (``vllm_rates``), or with
-        ``from_vllm`` an expression that divides by vLLM's running requests, has only replicas the
-        role rule has (vLLM's running requests within the rate window: a page that gave the counters
-        gave them too), so the join alone does, without the fallback that reads the expression a
+        ``known`` an expression whose replicas the role rule knows at this evaluation (one that
+        divides by vLLM's running requests: a page that gave the counters gave them too; a sidecar
+        figure read in the alerting group, after the role rule: a sidecar serves its figures from
+        vLLM's page, which Prometheus scrapes too, and its role with them), has only replicas the
+        role rule has, so the join alone does, without the fallback that reads the expression a
         second time."""
         # an expression of several terms is joined as a whole (``a - b * on ...`` would join b alone)
         x = per_replica
@@ -149,11 +151,21 @@ class Ctx:
             x = f"(\n{indent(per_replica, 4)}\n  )"
         elif " " in per_replica:
             x = f"({per_replica})"
-        if from_vllm or per_replica in self.vllm_rates:
+        if known or per_replica in self.vllm_rates:
             return f"(\n  {x}\n  * on ({self.per_replica}) group_left (role)\n  {self.role}\n)"
         return (f"(\n  {x}\n  * on ({self.per_replica}) group_left (role)\n  {self.role}\n"
                 f"  or on ({self.per_replica})\n"
                 f"  label_replace({per_replica}, \"role\", \"both\", \"\", \"\")\n)")
+
+    def with_raw_role(self, raw: str) -> str:
+        """A raw-path expression (selectors narrowed to ``no_sidecar``) with its replicas' role:
+        ``both``, the role of every pod without the sidecar's target label (``recording_pd.roles``),
+        written on without a join that reads every pod's role; where the label is off, the raw path
+        reads every pod and joins its role (``with_role``)."""
+        if not self.no_sidecar:
+            return self.with_role(raw, known=True)
+        x = f"(\n{indent(raw, 4)}\n  )" if "\n" in raw else raw
+        return f'label_replace(\n  {x},\n  "role", "both", "", ""\n)'
 
     def prefill(self) -> str:
         """The pods of role prefill (join ``on (replica labels)``)."""

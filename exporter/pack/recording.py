@@ -65,9 +65,11 @@ def throughput(c: Ctx) -> List[Recording]:
         Recording(c.rec("vllm_request_errors", "ratio_rate"), error_ratio(c)),
         Recording(c.rec("vllm_preemptions", "rate"), c.rate("vllm:num_preemptions_total")),
         # preemptions counted over a window of many scrapes (60 s scrapes included), so bursts a few
-        # minutes apart never read as zero in between
+        # minutes apart never read as zero in between; only the replicas that preempted are written
+        # (the alert compares it, a panel plots the rate above)
         Recording(c.rec("vllm_preemptions", "increase" + c.windows["preemptions"]),
-                  f"sum by ({c.per_replica}) (increase(vllm:num_preemptions_total{c.selector()}[{c.windows['preemptions']}]))"),
+                  f"sum by ({c.per_replica}) "
+                  f"(increase(vllm:num_preemptions_total{c.selector()}[{c.windows['preemptions']}])) > 0"),
     ]
 
 
@@ -155,7 +157,7 @@ def kv_and_queue(c: Ctx) -> List[Recording]:
         Recording(c.rec("vllm_generation_tokens_per_running_request", "rate"),
                   c.with_role(f"{c.rec('vllm_generation_tokens', 'rate')}\n/ on ({c.per_replica})\n"
                               f"(sum by ({by}) (avg_over_time(vllm:num_requests_running{s()}[{c.rate_window}])) > 0)",
-                              from_vllm=True)),
+                              known=True)),
         # waiting for scheduling capacity, KV or batch: vLLM's reason, else (old releases) every waiting
         # request. Pods without a sidecar only, as the rest of this raw path (the batch ceiling, the
         # waits the cache explains): where the sidecar serves its share of polls with requests held
@@ -223,11 +225,9 @@ def prompts_and_cache(c: Ctx) -> List[Recording]:
     return [
         # the raw path of the long-prompt rate: pods without a sidecar (the sidecar serves its own,
         # conditions.inputs, read over its 1-minute window and averaged over windows.rate), with the
-        # replica's role as the sidecar's (joined once, here: its readers compare it within a model
-        # and role, and on a fleet where every pod has a sidecar none of them reads the roles)
-        Recording(long_rate, c.with_role(f"{c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)}\n-\n"
-                                         f"{c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher, c.no_sidecar)}",
-                                         from_vllm=True)),
+        # replica's role (written once, here: its readers compare it within a model and role)
+        Recording(long_rate, c.with_raw_role(f"{c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)}\n-\n"
+                                             f"{c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher, c.no_sidecar)}")),
         Recording(c.rec("vllm_long_prompt_requests", "ratio_rate"),
                   f"{long_rate}\n/ on ({by})\n({c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)} > 0)"),
         Recording(c.rec("vllm_prefix_cache_hit", "ratio_rate"),

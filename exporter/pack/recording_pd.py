@@ -11,7 +11,8 @@ every ``by``/``on`` list come from the SLO's ``replica_labels`` and ``outer_labe
 
 The role (``namespace_pod_model:vllm_role:info``) is one series per replica and model that vLLM
 serves, ``role`` taken from the sidecar's ``vllm_sidecar_role_info`` and ``both`` where the pod has
-no sidecar or the sidecar does not say: every rule, alert and panel joins on it. Its family runs
+no sidecar (no sidecar target label; without the label in the SLO, where the sidecar does not say):
+every rule, alert and panel joins on it. Its family runs
 first in the group, so a rule that joins on it reads this evaluation's role.
 """
 
@@ -78,6 +79,10 @@ def roles(c: Ctx) -> List[Recording]:
     by, r, s, W = c.per_replica, c.per_pod, c.selector, c.rate_window
     n = names(c)
     replicas = f"group by ({by}) (last_over_time(vllm:num_requests_running{s()}[{W}]))"
+    # "both" for the pods without the sidecar's target label: a pod with it has its sidecar's role
+    # (one whose sidecar said none within the rate window, down or not reading vLLM, has none:
+    # no sidecar figure of it is there to join either, and its sidecar's target reads down)
+    unlabelled = f"group by ({by}) (last_over_time(vllm:num_requests_running{s(c.no_sidecar)}[{W}]))"
     given = (f"max by ({r}, role) (vllm_sidecar_role_info{s()})\nor on ({r})\n"
              f"max by ({r}, role) (last_over_time(vllm_sidecar_role_info{s()}[{W}]))")
     # asleep (1 - awake) plus one more where all was discarded: level 1 or 2, as the sidecar says
@@ -87,7 +92,7 @@ def roles(c: Ctx) -> List[Recording]:
         # 1 per replica and model, with the role its sidecar was given; "both" without one
         Recording(n["role"],
                   f"{replicas}\n* on ({r}) group_left (role)\n(\n{indent(given)}\n)\n"
-                  f"or on ({by})\nlabel_replace({replicas}, \"role\", \"both\", \"\", \"\")"),
+                  f"or on ({by})\nlabel_replace({unlabelled}, \"role\", \"both\", \"\", \"\")"),
         # 0 awake, 1 weights offloaded, 2 all discarded (1 for a sleep vLLM gives no level)
         Recording(n["sleep"], _sidecar_or(c, "vllm_sidecar_engine_sleep_level", raw_sleep)),
         # asleep at some point of the rate window: its rates and ratios are the sleep's, not a fault's

@@ -29,6 +29,11 @@ def sidecar_p95(pod, value):
                   [value] * (N + 1))
 
 
+def sidecar_role(pod, role="both"):
+    """The role a sidecar serves beside every figure of its own (``--role``, ``both`` by default)."""
+    return series("vllm_sidecar_role_info", sidecar_labels(pod, role=role), [1] * (N + 1))
+
+
 def sample(name, pod, value, **extra):
     return {"labels": fmt_series(name, {**OUT, "pod": pod, **extra}), "value": value}
 
@@ -38,7 +43,8 @@ def test_promtool_labelled_pods_are_read_through_the_sidecar_and_the_raw_path_on
     records the sidecar's 0.5; ``plain`` (no label, no sidecar) records the buckets' 4.875;
     ``unlabelled`` (a sidecar saying 0.5 s, but its target not labelled) records the sidecar's 0.5 as
     well (the sidecar's figure first, the raw one read for it too); ``orphan`` (labelled, no sidecar
-    series) records nothing: the raw path leaves a labelled pod out. The raw long-prompt rate is
+    series) records nothing: the raw path leaves a labelled pod out (a labelled pod's role is its
+    sidecar's alone: each sidecar here serves one, as every sidecar does). The raw long-prompt rate is
     recorded for the unlabelled pods only, with their role (``both``: no sidecar says another),
     although ``side``'s sidecar serves a rate of its own (0.2, recorded as the sidecar's 5-minute
     rate, beside the buckets' 0.5 of the others)."""
@@ -52,7 +58,7 @@ def test_promtool_labelled_pods_are_read_through_the_sidecar_and_the_raw_path_on
         inputs.append(series("vllm:num_requests_running", lab, [4] * (N + 1)))
     inputs += [sidecar_p95("side", 0.5), sidecar_p95("unlabelled", 0.5),
                series("vllm_sidecar_long_prompt_requests_per_second", sidecar_labels("side", model_name="llama-70b"),
-                      [0.2] * (N + 1))]
+                      [0.2] * (N + 1)), sidecar_role("side"), sidecar_role("unlabelled")]
     q = {"quantile": "0.95"}
     case = {"interval": "1m", "input_series": inputs, "promql_expr_test": [
         {"expr": TTFT, "eval_time": "15m", "exp_samples": [
@@ -103,7 +109,7 @@ def test_promtool_long_prompt_surge_reads_the_sidecar_where_a_pod_has_one(tmp_pa
     for pod, rate in (("side", 0.4), ("unlabelled", 0.0)):
         s = sidecar_labels(pod, model_name="llama-70b")
         inputs += [series("vllm_sidecar_long_prompt_requests_per_second", s, [rate] * (N + 1)),
-                   series("vllm_sidecar_long_prompt_request_ratio", s, [rate] * (N + 1))]
+                   series("vllm_sidecar_long_prompt_request_ratio", s, [rate] * (N + 1)), sidecar_role(pod)]
     raw = "namespace_pod_model:vllm_long_prompt_requests:rate5m"
     case = {"interval": "1m", "input_series": inputs,
             "promql_expr_test": [{"expr": raw, "eval_time": "10m", "exp_samples": [
@@ -133,7 +139,7 @@ def test_promtool_slow_sustained_surge_warns_on_a_labelled_pod_over_five_minutes
         inputs += [series("vllm_sidecar_long_prompt_requests_per_second", s,
                           [0.075 if m in live else 0.0 for m in range(N + 1)]),
                    series("vllm_sidecar_long_prompt_request_ratio", s,
-                          [0.225 if m in live else 0.0 for m in range(N + 1)])]
+                          [0.225 if m in live else 0.0 for m in range(N + 1)]), sidecar_role(pod)]
     case = {"interval": "1m", "input_series": inputs,
             "alert_rule_test": [{"eval_time": "10m", "alertname": "VLLMLongPromptSurge", "exp_alerts": [
                 expect("VLLMLongPromptSurge", {**OUT, "pod": "slow"}, "75m", evidence=["22.5%", "none"])]}]}

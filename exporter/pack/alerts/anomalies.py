@@ -30,6 +30,9 @@ def alerts(c: Ctx) -> List[Alert]:
     hit = c.rec("vllm_prefix_cache_hit", "ratio_rate")
     speed = c.rec("vllm_generation_tokens_per_running_request", "rate")
     asleep = recording_pd.names(c)["asleep"]  # a sleeping engine is not stalled
+    # the raw path reads only pods without the sidecar's target label; with the label off it reads
+    # every pod, and where a sidecar serves its stall flag the sidecar decides
+    sidecar_decides = "" if c.no_sidecar else f"  unless on ({by}) vllm_sidecar_engine_stalled{s()}\n"
     return [
         Alert("VLLMGPUBusyLowThroughput",
               f"max by ({by}) (vllm_sidecar_gpu_busy_low_throughput{s()}) == 1 unless on ({c.per_pod}) {c.prefill()}\n"
@@ -47,7 +50,7 @@ def alerts(c: Ctx) -> List[Alert]:
               f"(\n  max by ({by}) (vllm_sidecar_engine_stalled{s()}) == 1\n  or\n"
               f"  {c.running(c.no_sidecar)} > 0\n"
               f"  and on ({by}) sum by ({by}) (rate(vllm:generation_tokens_total{s(c.no_sidecar)}[{S2}])) == 0\n"
-              f"  unless on ({by}) vllm_sidecar_engine_stalled{s()}\n)\n"
+              f"{sidecar_decides})\n"
               f"unless on ({by}) {asleep}",
               "critical",
               f"vLLM engine stalled on {who} ({c.model})",
