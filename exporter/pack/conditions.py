@@ -55,6 +55,7 @@ def names(c: Ctx) -> dict:
     return {
         "uptime": pod_rec(c, "vllm_process_uptime_seconds", "max"),
         "expected_down": target_rec(c, "vllm_sidecar_target_up", "down_expected"),
+        "targets_present": target_rec(c, "vllm_scrape_target", "present", "job", "instance"),
         "targets_seen": "job_instance_target:vllm_scrape_target:max_over_time" + c.windows["target_seen"],
         "targets_down": target_rec(c, "up", "down_seen" + c.windows["target_seen"]),
         "sidecar_long": c.rec("vllm_sidecar_long_prompt_requests", "rate", sw),
@@ -102,22 +103,16 @@ def inputs(c: Ctx) -> List[Recording]:
     read_before = f"max by ({r}) (vllm_sidecar_last_success_timestamp_seconds{s(TVLLM)})"
     sidecar_age = f"time() - max by ({r}) (vllm_sidecar_process_start_time_seconds{s()})"
 
-    def seen_within(window: str) -> str:
-        """The scrape targets of vLLM and of the sidecar that answered within ``window``, one
-        series each, by target labels (a pod's IP and port may have served another pod too): a
-        range read skips the stale markers of a target gone, and its last answer stays seen."""
-        def one(series: str, target: str) -> str:
-            return (f"label_replace(group by ({c.target}) (last_over_time({series}{s()}[{window}])), "
-                    f"\"target\", \"{target}\", \"\", \"\")")
-        return (f"max by ({c.target}, target) (\n  {one('vllm:num_requests_running', 'vllm')}\n  or\n"
-                f"  {one('vllm_sidecar_build_info', 'sidecar')}\n)")
+    def present(series: str, target: str) -> str:
+        return (f"label_replace(group by ({c.by_(*c.replica, 'job', 'instance')}) ({series}{s()}), "
+                f"\"target\", \"{target}\", \"\", \"\")")
 
-    # each target seen within windows.target_seen ...
-    seen = seen_within(c.windows["target_seen"])
-    # ... a baseline (the slow group's, up to slow_interval old: cadence), so the targets seen
-    # since its last evaluation are read here, over Prometheus' lookback (longer than any
-    # slow_interval the SLO file takes)
-    recent = seen_within(f"{LOOKBACK_S / 60:g}m")
+    # each target seen within the window once (a pod's IP and port may have served another pod too)
+    seen = f"max by ({c.target}, target) (max_over_time({n['targets_present']}[{c.windows['target_seen']}]))"
+    # ... the hour is a baseline (the slow group's, up to slow_interval old: cadence), so the
+    # targets seen since its last evaluation are read here, over Prometheus' lookback (longer
+    # than any slow_interval the SLO file takes)
+    recent = f"max_over_time({n['targets_present']}[{LOOKBACK_S / 60:g}m])"
 
     return [
         # with the replica's role: every comparison of it is within a model and role
@@ -140,11 +135,17 @@ def inputs(c: Ctx) -> List[Recording]:
         Recording(n["expected_down"],
                   f"max by ({r}, target) (vllm_sidecar_target_up{s(TVLLM)}) == 0\nand on ({r})\n"
                   f"(\n  {read_before}\n  or\n  ({sidecar_age}) > {c.seconds(c.windows['startup']):g}\n)"),
+        # the scrape targets of vLLM and of the sidecar that answer now, one series each, remembered
+        # over windows.target_seen by the next rule (a target answering for less than an
+        # evaluation interval is not seen): written at the evaluation's pace, so what the rules
+        # below read over the hour does not grow with a shorter scrape interval
+        Recording(n["targets_present"], f"{present('vllm:num_requests_running', 'vllm')}\nor\n"
+                                        f"{present('vllm_sidecar_build_info', 'sidecar')}"),
         Recording(n["targets_seen"], seen, baseline=True),
         # the scrape targets of vLLM and of the sidecar seen within windows.target_seen and down now
         # (up 0 at every endpoint of its kind; only the targets down are written)
         Recording(n["targets_down"], f"max by ({r}, target) (\n  up{s()}\n  * on ({c.target}) group_left (target)\n"
-                                   f"  (\n{indent(recent, 4)}\n    or\n    {n['targets_seen']}\n  )\n) == 0"),
+                                   f"  max by ({c.target}, target) ({recent} or {n['targets_seen']})\n) == 0"),
     ]
 
 

@@ -44,28 +44,28 @@ def test_long_windows_read_per_model_series_only():
     assert any(n.startswith("namespace_model:vllm_requests_running_uncontended:max") for n in reads)
 
 
-def test_targets_seen_are_read_from_the_targets_own_series_without_a_record_of_their_own():
-    """Whether a target was seen within windows.target_seen (an hour) is a range read of vLLM's and
-    the sidecar's own series (one of each per target: running requests, build info), never a
-    subquery of steps over every target, in the slow group (a baseline, up to slow_interval old);
-    the alerting group adds the targets seen within Prometheus' lookback by the same range read
-    over 5 minutes, so a target is known from its first answer. No rule writes the targets that
-    answer at every evaluation (200 series a 100-pod fleet wrote and read again for nothing)."""
+def test_targets_seen_are_remembered_by_a_recorded_series_not_read_again_from_raw_ones():
+    """Whether a target was seen within windows.target_seen (an hour) is read from the pack's own
+    record of the targets that answer (one series a target, written at every evaluation), never
+    from vLLM's or the sidecar's series over the hour (a subquery of 60 steps over every target).
+    The hour is a baseline the slow group records (up to slow_interval old); the alerting group
+    adds the targets seen within Prometheus' lookback, so a target is known from its first answer."""
     groups = yaml.safe_load((ROOT / rules_mod.PLAIN_PATH).read_text())["groups"]
     rules = {r.get("record"): r["expr"] for g in groups for r in g["rules"]}
     group_of = {r.get("record"): g["name"] for g in groups for r in g["rules"]}
+    present = "namespace_pod_target_job_instance:vllm_scrape_target:present"
     seen = "job_instance_target:vllm_scrape_target:max_over_time1h"
     up = "namespace_pod_target:up:down_seen1h"
-    assert not [r for r in rules if r and r.endswith(":vllm_scrape_target:present")]
-    own = {"vllm:num_requests_running", "vllm_sidecar_build_info"}
-    for rule, window in ((up, 5 * 60_000), (seen, HOUR_MS)):
-        nodes = list(walk(parse(rules[rule])))
-        assert not [n for n in nodes if isinstance(n, SubqueryExpr)]
-        assert {n.selector.name: n.range_ms for n in nodes if isinstance(n, MatrixSelector)} == dict.fromkeys(own, window)
     nodes = list(walk(parse(rules[up])))
-    assert {n.name for n in nodes if isinstance(n, VectorSelector)} == {"up", seen} | own
+    assert not [n for n in nodes if isinstance(n, SubqueryExpr)]
+    assert {n.selector.name: n.range_ms for n in nodes if isinstance(n, MatrixSelector)} == {present: 5 * 60_000}
+    assert {n.name for n in nodes if isinstance(n, VectorSelector)} == {"up", present, seen}
+    nodes = list(walk(parse(rules[seen])))
+    assert {n.selector.name: n.range_ms for n in nodes if isinstance(n, MatrixSelector)} == {present: HOUR_MS}
     assert group_of[seen] == "vllm-sidecar-exporter-slow"
-    assert group_of[up] == "vllm-sidecar-exporter"
+    assert group_of[up] == group_of[present] == "vllm-sidecar-exporter"
+    assert {n.name for n in walk(parse(rules[present])) if isinstance(n, VectorSelector)} == {
+        "vllm:num_requests_running", "vllm_sidecar_build_info"}
 
 
 @pytest.mark.prometheus

@@ -64,7 +64,7 @@ gate: {max_regression: 0.15, min_effect_ms: 3}
 # last evaluation: slo.LOOKBACK_S), and lines recounting the user's own incident and tuning
 NOT_SLO = re.compile(r'quantile="[0-9.]+"|quantile: \'[0-9.]+\'|histogram_quantile\((0\.5|0\.95|0\.99)|'
                      r'\(0\.5, |quantile[ =]0\.\d+|p95|p50|p99|le="\+Inf"|30-day|[^\n]*user\'s[^\n]*|'
-                     r'\[5m\]\)\), "target"')
+                     r'vllm_scrape_target:present\[5m\]')
 
 
 def _changed_slo(tmp_path):
