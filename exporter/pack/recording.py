@@ -58,10 +58,13 @@ def throughput(c: Ctx) -> List[Recording]:
     return [
         Recording(c.rec("vllm_generation_tokens", "rate"), c.rate("vllm:generation_tokens_total")),
         Recording(c.rec("vllm_prompt_tokens", "rate"), c.rate("vllm:prompt_tokens_total")),
-        # finished requests, all of them (the errors and the clients' aborts the counts below need
-        # are read from vLLM's counter where they are needed: ``finished``, ``error_ratio``,
-        # ``availability_errors``)
-        Recording(c.rec("vllm_requests_finished", "rate"), c.rate("vllm:request_success_total")),
+        # finished requests, all of them: the prompt-length histogram's count, which vLLM's stat
+        # logger observes once for every finished request, from the same list it counts
+        # request_success_total by reason from (one series a replica where the counter has one per
+        # reason; the real 0.32 pages agree); the errors and the clients' aborts the counts below
+        # need are read from vLLM's counter where they are needed: ``finished``, ``error_ratio``,
+        # ``availability_errors``
+        Recording(c.rec("vllm_requests_finished", "rate"), c.rate("vllm:request_prompt_tokens_count")),
         Recording(c.rec("vllm_request_errors", "ratio_rate"), error_ratio(c)),
         Recording(c.rec("vllm_preemptions", "rate"), c.rate("vllm:num_preemptions_total")),
         # preemptions counted over a window of many scrapes (60 s scrapes included), so bursts a few

@@ -389,6 +389,8 @@ def prefix_fleet(hits_per_min, minutes=DAY + 60, started=lambda pod: -3600, old=
         out += [series(f"{pre}_queries_total", lab, counter(lambda m: 10000, minutes)),
                 series(f"{pre}_hits_total", lab, counter(lambda m, p=pod: hits_per_min(p, m), minutes)),
                 series("vllm:request_success_total", {**lab, "finished_reason": "stop"}, counter(lambda m: 20, minutes)),
+                # vLLM observes the prompt-length histogram once for every finished request, too
+                series("vllm:request_prompt_tokens_count", lab, counter(lambda m: 20, minutes)),
                 series("vllm:num_requests_running", lab, gauge(lambda m: 8, minutes)),
                 series("process_start_time_seconds", {k: v for k, v in lab.items() if k not in ("model_name", "engine")},
                        gauge(lambda m, p=pod: started(p), minutes))]

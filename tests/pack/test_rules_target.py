@@ -15,7 +15,7 @@ def test_rules_target_vmalert_prints_the_shipped_file(capsys):
     assert out == render_vmalert(load_slo(None)) == (ROOT / "rules" / "vllm.vmalert.rules.yml").read_text()
     doc = yaml.safe_load(out)
     rules = [r for g in doc["groups"] for r in g["rules"]]
-    assert [g["interval"] for g in doc["groups"]] == ["1m", "1m", "2m", "2m"]  # alerting, steady and slow alerts, views
+    assert [g["interval"] for g in doc["groups"]] == ["1m", "1m", "2m", "4m"]  # alerting, steady and slow alerts, views
     kff = {k for k, v in load_slo(None)["alerts"].items() if v.get("keep_firing_for", "0s") not in ("0s", "0m")}
     helpers = {r["record"].split(":")[1] for r in rules if r.get("record", "").startswith("alert:")}
     assert helpers == kff  # one set of helpers per alert that keeps firing, named by its key

@@ -28,7 +28,7 @@ def _groups(text):
 def test_no_alert_reads_a_view_and_the_views_are_the_dashboards_figures():
     groups = _groups((ROOT / rules_mod.PLAIN_PATH).read_text())
     assert list(groups) == [GROUP, STEADY_GROUP, SLOW_GROUP, VIEWS_GROUP]
-    assert groups[VIEWS_GROUP]["interval"] == load_slo(None)["views_interval"] == "2m"
+    assert groups[VIEWS_GROUP]["interval"] == load_slo(None)["views_interval"] == "4m"
     views = {r["record"] for r in groups[VIEWS_GROUP]["rules"]}
     main = groups[GROUP]["rules"] + groups[STEADY_GROUP]["rules"] + groups[SLOW_GROUP]["rules"]
     # nothing of the alerting group (recording rules, alerts, their annotations' queries) names a view
@@ -142,9 +142,9 @@ def test_every_render_runs_each_group_at_its_interval_and_vmalert_the_alerts_at_
     operator = yaml.safe_load((ROOT / rules_mod.OPERATOR_PATH).read_text())["spec"]["groups"]
     vm = yaml.safe_load((ROOT / VMALERT_PATH).read_text())["groups"]
     assert [(g["name"], g.get("interval")) for g in operator] == [
-        (GROUP, None), (STEADY_GROUP, "1m"), (SLOW_GROUP, "2m"), (VIEWS_GROUP, "2m")]
+        (GROUP, None), (STEADY_GROUP, "1m"), (SLOW_GROUP, "2m"), (VIEWS_GROUP, "4m")]
     assert [(g["name"], g["interval"]) for g in vm] == [
-        (GROUP, "1m"), (STEADY_GROUP, "1m"), (SLOW_GROUP, "2m"), (VIEWS_GROUP, "2m")]
+        (GROUP, "1m"), (STEADY_GROUP, "1m"), (SLOW_GROUP, "2m"), (VIEWS_GROUP, "4m")]
     assert {r["record"] for r in vm[3]["rules"]} == {r["record"] for r in operator[3]["rules"]}
     # vmalert's stand-ins for keep_firing_for count the evaluations of their own group: the
     # outlier's 15 minutes are 8 evaluations at 2m (and 9 to have held them), not 15 at 1m
