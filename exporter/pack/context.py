@@ -157,16 +157,6 @@ class Ctx:
                 f"  or on ({self.per_replica})\n"
                 f"  label_replace({per_replica}, \"role\", \"both\", \"\", \"\")\n)")
 
-    def with_raw_role(self, raw: str) -> str:
-        """A raw-path expression (selectors narrowed to ``no_sidecar``) with its replicas' role:
-        ``both``, the role of every pod without the sidecar's target label (``recording_pd.roles``),
-        written on without a join that reads every pod's role; where the label is off, the raw path
-        reads every pod and joins its role (``with_role``)."""
-        if not self.no_sidecar:
-            return self.with_role(raw, known=True)
-        x = f"(\n{indent(raw, 4)}\n  )" if "\n" in raw else raw
-        return f'label_replace(\n  {x},\n  "role", "both", "", ""\n)'
-
     def prefill(self) -> str:
         """The pods of role prefill (join ``on (replica labels)``)."""
         return f'{self.role}{{role="prefill"}}'

@@ -228,9 +228,11 @@ def prompts_and_cache(c: Ctx) -> List[Recording]:
     return [
         # the raw path of the long-prompt rate: pods without a sidecar (the sidecar serves its own,
         # conditions.inputs, read over its 1-minute window and averaged over windows.rate), with the
-        # replica's role (written once, here: its readers compare it within a model and role)
-        Recording(long_rate, c.with_raw_role(f"{c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)}\n-\n"
-                                             f"{c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher, c.no_sidecar)}")),
+        # replica's role as the sidecar's (joined once, here: its readers compare it within a model
+        # and role; a pod whose target lacks the label may still have a sidecar that says its role)
+        Recording(long_rate, c.with_role(f"{c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)}\n-\n"
+                                         f"{c.rate('vllm:request_prompt_tokens_bucket', '', le_matcher, c.no_sidecar)}",
+                                         known=True)),
         Recording(c.rec("vllm_long_prompt_requests", "ratio_rate"),
                   f"{long_rate}\n/ on ({by})\n({c.rate('vllm:request_prompt_tokens_count', '', c.no_sidecar)} > 0)"),
         Recording(c.rec("vllm_prefix_cache_hit", "ratio_rate"),
